@@ -1,0 +1,5 @@
+import sys
+
+from fakedev.cli import main
+
+sys.exit(main())

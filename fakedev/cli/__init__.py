@@ -1,0 +1,45 @@
+"""The ``fakedev`` command: the one place that composes the fake driver with the harness."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from fakedev.cli import cluster as cluster_cmd
+from fakedev.cli import run as run_cmd
+from fakedev.errors import FakedevError
+from harness.errors import HarnessError
+
+DESCRIPTION = """\
+fakedev — emulated GPUs and NICs behind a real Kubernetes DRA kubelet plugin, a kubelet emulator that
+doubles as a DRA driver conformance suite, and fault drills. Start with `fakedev cluster build`, then
+`fakedev run`.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fakedev", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    cluster_cmd.add_parser(sub)
+    run_cmd.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.handler(args)
+    except (FakedevError, HarnessError) as exc:
+        print(f"fakedev: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""Errors raised by the fake driver.
+
+    FakedevError
+    ├── ProfileError          a node profile is invalid (names the file, the field and the rule)
+    ├── RenderError           the model cannot be rendered within the API's limits
+    ├── ClaimError            a claim cannot be prepared (reported per claim, never as an RPC failure)
+    ├── CheckpointError       the checkpoint is corrupt or from an unknown version (the plugin refuses to start)
+    └── KubeApiError          the API server refused or could not be reached
+        └── RetryableKubeError  a later attempt may succeed (conflict, unavailable)
+"""
+
+from __future__ import annotations
+
+
+class FakedevError(Exception):
+    """Base of every error the fake driver raises on purpose."""
+
+
+class ProfileError(FakedevError):
+    """A node profile or catalogue entry breaks a rule."""
+
+
+class RenderError(FakedevError):
+    """The device model cannot be rendered into valid ResourceSlices."""
+
+
+class ClaimError(FakedevError):
+    """A claim cannot be prepared or unprepared; the message goes into that claim's response."""
+
+
+class CheckpointError(FakedevError):
+    """The plugin's checkpoint cannot be trusted."""
+
+
+class KubeApiError(FakedevError):
+    """The API server answered with an error (``status`` 0 when unreachable)."""
+
+    def __init__(self, message: str, *, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class RetryableKubeError(KubeApiError):
+    """Conflict or unavailability: try again later."""

@@ -1,0 +1,148 @@
+"""Emulated Node objects: registered Ready with capacity, their Lease renewed, so the real scheduler binds to them."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from harness.cluster.build import KUBERNETES_VERSION
+from harness.errors import ApiError
+from harness.kube.client import JsonObj, KubeClient
+from harness.kube.resources import LEASES, NODES
+
+LEASE_NAMESPACE: Final = "kube-node-lease"
+LEASE_SECONDS: Final = 40
+RENEW_SECONDS: Final = 10.0
+DEFAULT_CAPACITY: Final[Mapping[str, str]] = {"cpu": "64", "memory": "512Gi", "pods": "250", "ephemeral-storage": "1Ti"}
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def _rfc3339(t: datetime.datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _micro(t: datetime.datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def render_node(*, name: str, labels: Mapping[str, str]) -> JsonObj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+                       "fakedev.io/emulated": "true", **labels},
+        },
+        "spec": {},
+    }
+
+
+def render_node_status(*, name: str, capacity: Mapping[str, str], now: datetime.datetime) -> JsonObj:
+    stamp = _rfc3339(now)
+
+    def condition(kind: str, status: str, reason: str, message: str) -> dict[str, Any]:
+        return {"type": kind, "status": status, "reason": reason, "message": message,
+                "lastHeartbeatTime": stamp, "lastTransitionTime": stamp}
+
+    return {
+        "status": {
+            "capacity": dict(capacity),
+            "allocatable": dict(capacity),
+            "conditions": [
+                condition("Ready", "True", "KubeletReady", "fakedev node emulator is ready"),
+                condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "emulated"),
+                condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "emulated"),
+                condition("PIDPressure", "False", "KubeletHasSufficientPID", "emulated"),
+            ],
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": name}],
+            "nodeInfo": {
+                "kubeletVersion": KUBERNETES_VERSION, "kubeProxyVersion": "", "containerRuntimeVersion": "runc://1.1.5",
+                "operatingSystem": "linux", "architecture": "amd64", "osImage": "fakedev emulated node",
+                "kernelVersion": "", "machineID": "", "systemUUID": "", "bootID": "",
+            },
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+        }
+    }
+
+
+def register_node(
+    client: KubeClient,
+    *,
+    name: str,
+    labels: Mapping[str, str] | None = None,
+    capacity: Mapping[str, str] | None = None,
+) -> JsonObj:
+    """Create (or adopt) the Node, mark it Ready with capacity, and take its Lease."""
+    node = client.get_or_none(NODES, name)
+    if node is None:
+        try:
+            node = client.create(NODES, render_node(name=name, labels=labels or {}))
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+    status = render_node_status(name=name, capacity=capacity or DEFAULT_CAPACITY, now=_now())
+    node = client.patch(NODES, name, status, subresource="status", patch_type="strategic")
+    renew_lease(client, name=name)
+    return node
+
+
+def renew_lease(client: KubeClient, *, name: str) -> None:
+    now = _micro(_now())
+    body = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": name, "namespace": LEASE_NAMESPACE},
+        "spec": {"holderIdentity": name, "leaseDurationSeconds": LEASE_SECONDS, "renewTime": now},
+    }
+    client.apply(LEASES, body, namespace=LEASE_NAMESPACE)
+
+
+def delete_node(client: KubeClient, *, name: str) -> None:
+    client.delete(NODES, name)
+    client.delete(LEASES, name, namespace=LEASE_NAMESPACE)
+
+
+@dataclass(kw_only=True)
+class NodeHeartbeats:
+    """Keeps the Leases (and Ready heartbeat) of emulated nodes fresh from one background thread."""
+
+    client: KubeClient
+    interval: float = RENEW_SECONDS
+    nodes: set[str] = field(default_factory=set)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, name: str) -> None:
+        with self._lock:
+            self.nodes.add(name)
+
+    def discard(self, name: str) -> None:
+        with self._lock:
+            self.nodes.discard(name)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="node-heartbeats", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            with self._lock:
+                names = sorted(self.nodes)
+            for name in names:
+                # An API outage must not kill the heartbeat; the next round tries again.
+                with contextlib.suppress(ApiError):
+                    renew_lease(self.client, name=name)

@@ -1,0 +1,1 @@
+"""The harness's only way to the Kubernetes API: raw JSON over HTTPS, camelCase kept as the API sends it."""

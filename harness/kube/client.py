@@ -1,0 +1,282 @@
+"""A small, typed JSON client for the Kubernetes API (urllib3 underneath).
+
+Only this module talks HTTP to the API server. Objects stay raw JSON (``dict``), so camelCase keys, new 1.37 fields
+and server-side apply work without a generated model in the way.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import urllib3
+
+from harness.errors import ApiError, ApiUnavailableError, ConflictError
+from harness.kube.resources import Resource
+
+JsonObj = dict[str, Any]
+PatchType = Literal["merge", "strategic", "json"]
+_PATCH_CONTENT: Final[dict[str, str]] = {
+    "merge": "application/merge-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+    "json": "application/json-patch+json",
+}
+FIELD_MANAGER: Final = "fakedev-harness"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Credentials:
+    """How to reach and authenticate to one API server."""
+
+    server: str
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    token: str | None = None
+    insecure: bool = False
+
+
+def credentials_from_kubeconfig(path: Path, *, context: str | None = None) -> Credentials:
+    """Read a kubeconfig with the official client's loader (exec plugins, embedded data, tokens)."""
+    from kubernetes import config as kconfig
+    from kubernetes.client import Configuration
+
+    cfg = Configuration()
+    try:
+        kconfig.load_kube_config(config_file=str(path), context=context, client_configuration=cfg)
+    except Exception as exc:
+        raise ApiError(f"cannot load kubeconfig {path}: {exc}", status=0) from exc
+    token = cfg.api_key.get("authorization") if cfg.api_key else None
+    return Credentials(
+        server=cfg.host,
+        ca_file=Path(cfg.ssl_ca_cert) if cfg.ssl_ca_cert else None,
+        cert_file=Path(cfg.cert_file) if cfg.cert_file else None,
+        key_file=Path(cfg.key_file) if cfg.key_file else None,
+        token=token.removeprefix("Bearer ").strip() if token else None,
+        insecure=not cfg.verify_ssl,
+    )
+
+
+class KubeClient:
+    """CRUD, patch, server-side apply and watch on raw JSON objects."""
+
+    def __init__(self, credentials: Credentials, *, timeout: float = 30.0, field_manager: str = FIELD_MANAGER):
+        self.credentials = credentials
+        self.field_manager = field_manager
+        self._timeout = timeout
+        self._base = credentials.server.rstrip("/")
+        self._pool = urllib3.PoolManager(
+            num_pools=4,
+            maxsize=8,
+            cert_reqs="CERT_NONE" if credentials.insecure else "CERT_REQUIRED",
+            ca_certs=str(credentials.ca_file) if credentials.ca_file else None,
+            cert_file=str(credentials.cert_file) if credentials.cert_file else None,
+            key_file=str(credentials.key_file) if credentials.key_file else None,
+            retries=False,
+        )
+        self._headers = {"Accept": "application/json", "User-Agent": "fakedev-harness"}
+        if credentials.token:
+            self._headers["Authorization"] = f"Bearer {credentials.token}"
+
+    @classmethod
+    def from_kubeconfig(cls, path: Path, *, context: str | None = None) -> KubeClient:
+        return cls(credentials_from_kubeconfig(path, context=context))
+
+    # -- transport ---------------------------------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: object = None,
+        content_type: str = "application/json",
+        query: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> JsonObj:
+        url = self._base + path
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
+        headers = dict(self._headers)
+        data: bytes | None = None
+        if body is not None:
+            headers["Content-Type"] = content_type
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        try:
+            resp = self._pool.request(
+                method, url, body=data, headers=headers, timeout=timeout or self._timeout, preload_content=True
+            )
+        except urllib3.exceptions.HTTPError as exc:
+            raise ApiUnavailableError(f"{method} {path}: API server unreachable: {exc}") from exc
+        payload: JsonObj = {}
+        if resp.data:
+            try:
+                payload = json.loads(resp.data)
+            except ValueError:
+                payload = {"message": resp.data.decode(errors="replace")}
+        if resp.status >= 400:
+            raise _error_for(method=method, path=path, status=resp.status, payload=payload)
+        return payload
+
+    def get_text(self, path: str, *, timeout: float | None = None) -> tuple[int, str]:
+        """GET a non-JSON endpoint such as ``/readyz``; returns status and body, never raises on HTTP status."""
+        try:
+            resp = self._pool.request("GET", self._base + path, headers=self._headers, timeout=timeout or 5.0)
+        except urllib3.exceptions.HTTPError as exc:
+            raise ApiUnavailableError(f"GET {path}: API server unreachable: {exc}") from exc
+        return resp.status, resp.data.decode(errors="replace")
+
+    # -- verbs ---------------------------------------------------------------------------------------------------
+
+    def get(self, res: Resource, name: str, *, namespace: str | None = None, subresource: str | None = None) -> JsonObj:
+        return self.request("GET", res.path(namespace=namespace, name=name, subresource=subresource))
+
+    def get_or_none(self, res: Resource, name: str, *, namespace: str | None = None) -> JsonObj | None:
+        try:
+            return self.get(res, name, namespace=namespace)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list(
+        self,
+        res: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[JsonObj]:
+        query = {}
+        if label_selector:
+            query["labelSelector"] = label_selector
+        if field_selector:
+            query["fieldSelector"] = field_selector
+        items: list[JsonObj] = self.request("GET", res.path(namespace=namespace), query=query).get("items") or []
+        return items
+
+    def create(self, res: Resource, body: JsonObj, *, namespace: str | None = None) -> JsonObj:
+        return self.request("POST", res.path(namespace=namespace), body=body)
+
+    def replace(
+        self, res: Resource, body: JsonObj, *, namespace: str | None = None, subresource: str | None = None
+    ) -> JsonObj:
+        name = body["metadata"]["name"]
+        return self.request("PUT", res.path(namespace=namespace, name=name, subresource=subresource), body=body)
+
+    def patch(
+        self,
+        res: Resource,
+        name: str,
+        body: object,
+        *,
+        namespace: str | None = None,
+        subresource: str | None = None,
+        patch_type: PatchType = "merge",
+    ) -> JsonObj:
+        return self.request(
+            "PATCH",
+            res.path(namespace=namespace, name=name, subresource=subresource),
+            body=body,
+            content_type=_PATCH_CONTENT[patch_type],
+        )
+
+    def apply(
+        self,
+        res: Resource,
+        body: JsonObj,
+        *,
+        namespace: str | None = None,
+        subresource: str | None = None,
+        field_manager: str | None = None,
+        force: bool = True,
+    ) -> JsonObj:
+        """Server-side apply ``body`` (which carries apiVersion, kind and metadata.name)."""
+        name = body["metadata"]["name"]
+        query = {"fieldManager": field_manager or self.field_manager, "force": "true" if force else "false"}
+        return self.request(
+            "PATCH",
+            res.path(namespace=namespace, name=name, subresource=subresource),
+            body=body,
+            content_type="application/apply-patch+yaml",
+            query=query,
+        )
+
+    def delete(
+        self,
+        res: Resource,
+        name: str,
+        *,
+        namespace: str | None = None,
+        grace_seconds: int | None = None,
+        missing_ok: bool = True,
+    ) -> None:
+        body = {"gracePeriodSeconds": grace_seconds} if grace_seconds is not None else None
+        try:
+            self.request("DELETE", res.path(namespace=namespace, name=name), body=body)
+        except ApiError as exc:
+            if not (missing_ok and exc.status == 404):
+                raise
+
+    def delete_collection(
+        self, res: Resource, *, namespace: str | None = None, field_selector: str | None = None
+    ) -> None:
+        query = {"fieldSelector": field_selector} if field_selector else None
+        self.request("DELETE", res.path(namespace=namespace), query=query)
+
+    def watch(
+        self,
+        res: Resource,
+        *,
+        namespace: str | None = None,
+        resource_version: str | None = None,
+        field_selector: str | None = None,
+        timeout_seconds: int = 60,
+    ) -> Iterator[JsonObj]:
+        """Yield watch events (``{"type": ..., "object": ...}``) until the server closes the stream."""
+        query = {"watch": "1", "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_seconds)}
+        if resource_version:
+            query["resourceVersion"] = resource_version
+        if field_selector:
+            query["fieldSelector"] = field_selector
+        url = self._base + res.path(namespace=namespace) + "?" + urllib.parse.urlencode(query)
+        try:
+            resp = self._pool.request(
+                "GET", url, headers=self._headers, preload_content=False,
+                timeout=urllib3.Timeout(connect=5.0, read=timeout_seconds + 10.0),
+            )
+        except urllib3.exceptions.HTTPError as exc:
+            raise ApiUnavailableError(f"watch {res.plural}: API server unreachable: {exc}") from exc
+        try:
+            if resp.status >= 400:
+                payload = json.loads(resp.read() or b"{}")
+                raise _error_for(method="WATCH", path=res.path(namespace=namespace), status=resp.status, payload=payload)
+            buffer = b""
+            try:
+                for chunk in resp.stream(65536):
+                    buffer += chunk
+                    while b"\n" in buffer:
+                        line, buffer = buffer.split(b"\n", 1)
+                        if line.strip():
+                            yield json.loads(line)
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                raise ApiUnavailableError(f"watch {res.plural} broke: {exc}") from exc
+        finally:
+            resp.release_conn()
+
+    def close(self) -> None:
+        self._pool.clear()
+
+
+def _error_for(*, method: str, path: str, status: int, payload: JsonObj) -> ApiError:
+    reason = str(payload.get("reason", ""))
+    message = f"{method} {path}: {status} {reason}: {payload.get('message', '')}".strip()
+    if status == 409:
+        return ConflictError(message, status=status, reason=reason)
+    if status in (429, 500, 502, 503, 504):
+        return ApiUnavailableError(message, status=status, reason=reason)
+    return ApiError(message, status=status, reason=reason)

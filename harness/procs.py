@@ -1,0 +1,239 @@
+"""Run directories and supervised processes that never outlive their owner.
+
+Every OS object the harness creates carries the run's prefix. A run directory ``fakedev-<purpose>-<id>`` holds an
+``owner.lock`` that its owning process keeps locked for its whole life; every process started for the run gets
+``FAKEDEV_RUN_ID=<id>`` in its environment, its own process group, and a parent-death signal. The reaper takes any run
+whose lock it can grab (its owner is gone), kills the processes tagged with its id, runs the registered cleaners
+(network namespaces, veths, mounts, containers) and removes the directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Final
+
+from harness.errors import ComponentError
+
+RUN_ENV: Final = "FAKEDEV_RUN_ID"
+RUN_PREFIX: Final = "fakedev-"
+_LOCK_NAME: Final = "owner.lock"
+
+Cleaner = Callable[[str], None]
+"""Removes whatever a subsystem created for a run id (called by the reaper with the dead run's id)."""
+_CLEANERS: list[Cleaner] = []
+
+
+def register_cleaner(cleaner: Cleaner) -> None:
+    """Let the reaper remove a subsystem's leftovers (netns, veths, containers) of dead runs."""
+    if cleaner not in _CLEANERS:
+        _CLEANERS.append(cleaner)
+
+
+def default_run_base() -> Path:
+    """``$FAKEDEV_RUN_BASE`` or the system temp dir."""
+    return Path(os.environ.get("FAKEDEV_RUN_BASE") or tempfile.gettempdir())
+
+
+@dataclass(kw_only=True)
+class RunDir:
+    """A directory owned by this process for one run; closing it releases the lock (it does not delete)."""
+
+    path: Path
+    run_id: str
+    _lock: IO[bytes] | None = field(default=None, repr=False)
+
+    def close(self) -> None:
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    def remove(self) -> None:
+        self.close()
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def new_run_id() -> str:
+    return secrets.token_hex(4)
+
+
+def open_run_dir(*, purpose: str, base: Path | None = None, run_id: str | None = None) -> RunDir:
+    """Create ``<base>/fakedev-<purpose>-<id>`` and lock it for this process."""
+    rid = run_id or new_run_id()
+    path = (base or default_run_base()) / f"{RUN_PREFIX}{purpose}-{rid}"
+    path.mkdir(parents=True, exist_ok=False, mode=0o750)
+    lock = (path / _LOCK_NAME).open("wb")
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    lock.write(f"{os.getpid()}\n".encode())
+    lock.flush()
+    return RunDir(path=path, run_id=rid, _lock=lock)
+
+
+def _run_id_of(path: Path) -> str:
+    return path.name.rsplit("-", 1)[-1]
+
+
+def _owner_alive(path: Path) -> bool:
+    lock_path = path / _LOCK_NAME
+    if not lock_path.exists():
+        return False
+    with lock_path.open("rb") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return False
+
+
+def tagged_pids(run_id: str) -> list[int]:
+    """Processes whose environment carries ``FAKEDEV_RUN_ID=<run_id>``."""
+    needle = f"{RUN_ENV}={run_id}".encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def kill_run_processes(run_id: str) -> int:
+    """SIGKILL every process of a run; returns how many were signalled."""
+    pids = tagged_pids(run_id)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return len(pids)
+
+
+def reap(*, base: Path | None = None) -> list[str]:
+    """Clean up after every run under ``base`` whose owner has died; returns the reaped run ids."""
+    root = base or default_run_base()
+    reaped = []
+    for path in sorted(root.glob(f"{RUN_PREFIX}*")):
+        if not path.is_dir() or _owner_alive(path):
+            continue
+        run_id = _run_id_of(path)
+        kill_run_processes(run_id)
+        for cleaner in _CLEANERS:
+            with contextlib.suppress(Exception):  # a cleaner's failure must not stop the others
+                cleaner(run_id)
+        shutil.rmtree(path, ignore_errors=True)
+        reaped.append(run_id)
+    return reaped
+
+
+@dataclass(kw_only=True)
+class Process:
+    """A child process in its own group, with its output in a log file, killed if this process dies."""
+
+    name: str
+    argv: Sequence[str]
+    log_path: Path
+    popen: subprocess.Popen[bytes]
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def log_tail(self, *, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def signal(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, sig)
+
+    def stop(self, *, timeout: float = 10.0) -> int:
+        """SIGTERM the group, SIGKILL after ``timeout``; returns the exit code."""
+        if self.alive():
+            self.signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.signal(signal.SIGKILL)
+                self.popen.wait()
+        # Children of the component that stayed in its group go with it.
+        self.signal(signal.SIGKILL)
+        return self.popen.returncode
+
+    def failure(self, what: str) -> ComponentError:
+        return ComponentError(f"{self.name} {what}; last log lines ({self.log_path}):\n{self.log_tail()}")
+
+
+def start_process(
+    *,
+    name: str,
+    argv: Sequence[str],
+    run: RunDir,
+    log_path: Path | None = None,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Process:
+    """Start ``argv`` tagged with the run id, in a new session, with SIGKILL as its parent-death signal."""
+    log = log_path or run.path / "logs" / f"{name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    child_env = dict(os.environ if env is None else env)
+    child_env[RUN_ENV] = run.run_id
+    full = ["setpriv", "--pdeathsig", "KILL", "--", *argv] if shutil.which("setpriv") else list(argv)
+    with log.open("ab") as out:
+        try:
+            popen = subprocess.Popen(
+                full, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                env=child_env, cwd=cwd, start_new_session=True,
+            )
+        except OSError as exc:
+            raise ComponentError(f"cannot start {name} ({argv[0]}): {exc}") from exc
+    return Process(name=name, argv=list(argv), log_path=log, popen=popen)
+
+
+def wait_for(
+    predicate: Callable[[], bool], *, timeout: float, what: str, interval: float = 0.1,
+    abort: Callable[[], Exception | None] | None = None,
+) -> None:
+    """Poll ``predicate`` until true; ``abort`` may return an error to raise early (e.g. the process died)."""
+    from harness.errors import NotReadyError
+
+    deadline = time.monotonic() + timeout
+    while True:
+        if abort is not None and (err := abort()) is not None:
+            raise err
+        with contextlib.suppress(Exception):
+            if predicate():
+                return
+        if time.monotonic() >= deadline:
+            raise NotReadyError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+@contextlib.contextmanager
+def run_dir(*, purpose: str, base: Path | None = None, keep: bool = False) -> Iterator[RunDir]:
+    """A locked run directory removed on exit unless ``keep``."""
+    rd = open_run_dir(purpose=purpose, base=base)
+    try:
+        yield rd
+    finally:
+        if keep:
+            rd.close()
+        else:
+            rd.remove()

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Install the Debian packages fakedev needs on a fresh machine; a no-op when they are already there.
+set -euo pipefail
+need=()
+command -v runc >/dev/null || need+=(runc)
+[ -x /bin/busybox ] || command -v busybox >/dev/null || need+=(busybox-static)
+command -v ip >/dev/null || need+=(iproute2)
+command -v setpriv >/dev/null || need+=(util-linux)
+command -v nsenter >/dev/null || need+=(util-linux)
+python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing Debian packages: ${need[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends "${need[@]}"
+fi
+if ! command -v go >/dev/null; then
+  echo "error: Go >= 1.26 is required to build the control plane (https://go.dev/dl/)" >&2
+  exit 1
+fi
+go_minor=$(go env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')
+if [ "$go_minor" -lt 26 ]; then
+  echo "error: Go >= 1.26 is required, found $(go env GOVERSION)" >&2
+  exit 1
+fi
