@@ -1,12 +1,12 @@
 """Errors raised by the fake driver.
 
-    FakedevError
-    ├── ProfileError          a node profile is invalid (names the file, the field and the rule)
-    ├── RenderError           the model cannot be rendered within the API's limits
-    ├── ClaimError            a claim cannot be prepared (reported per claim, never as an RPC failure)
-    ├── CheckpointError       the checkpoint is corrupt or from an unknown version (the plugin refuses to start)
-    └── KubeApiError          the API server refused or could not be reached
-        └── RetryableKubeError  a later attempt may succeed (conflict, unavailable)
+FakedevError
+├── ProfileError          a node profile is invalid (names the file, the field and the rule)
+├── RenderError           the model cannot be rendered within the API's limits
+├── ClaimError            a claim cannot be prepared (reported per claim, never as an RPC failure)
+├── CheckpointError       the checkpoint is corrupt or from an unknown version (the plugin refuses to start)
+└── KubeApiError          the API server refused or could not be reached
+    └── RetryableKubeError  a later attempt may succeed (conflict, unavailable)
 """
 
 from __future__ import annotations

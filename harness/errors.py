@@ -1,15 +1,15 @@
 """Errors raised by the harness.
 
-    HarnessError
-    ├── RetryableError            a later attempt may succeed (a component not ready yet, a conflict)
-    │   └── NotReadyError         a readiness wait ran out of time
-    └── PermanentError            retrying cannot help; the message says what to fix
-        ├── BuildError            a control-plane binary could not be built
-        ├── ComponentError        a control-plane component exited or failed to start
-        └── ClusterStateError     no cluster / a broken cluster state directory
-    ApiError                      the API server answered with an error status (``status``, ``reason``)
-    ├── ConflictError             409: re-read and try again (also a RetryableError)
-    └── ApiUnavailableError       unreachable, 429 or 5xx (also a RetryableError)
+HarnessError
+├── RetryableError            a later attempt may succeed (a component not ready yet, a conflict)
+│   └── NotReadyError         a readiness wait ran out of time
+└── PermanentError            retrying cannot help; the message says what to fix
+    ├── BuildError            a control-plane binary could not be built
+    ├── ComponentError        a control-plane component exited or failed to start
+    └── ClusterStateError     no cluster / a broken cluster state directory
+ApiError                      the API server answered with an error status (``status``, ``reason``)
+├── ConflictError             409: re-read and try again (also a RetryableError)
+└── ApiUnavailableError       unreachable, 429 or 5xx (also a RetryableError)
 """
 
 from __future__ import annotations

@@ -199,8 +199,13 @@ def start_process(
     with log.open("ab") as out:
         try:
             popen = subprocess.Popen(
-                full, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                env=child_env, cwd=cwd, start_new_session=True,
+                full,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=child_env,
+                cwd=cwd,
+                start_new_session=True,
             )
         except OSError as exc:
             raise ComponentError(f"cannot start {name} ({argv[0]}): {exc}") from exc
@@ -208,7 +213,11 @@ def start_process(
 
 
 def wait_for(
-    predicate: Callable[[], bool], *, timeout: float, what: str, interval: float = 0.1,
+    predicate: Callable[[], bool],
+    *,
+    timeout: float,
+    what: str,
+    interval: float = 0.1,
     abort: Callable[[], Exception | None] | None = None,
 ) -> None:
     """Poll ``predicate`` until true; ``abort`` may return an error to raise early (e.g. the process died)."""

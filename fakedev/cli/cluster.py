@@ -33,15 +33,19 @@ def add_parser(sub: Any) -> None:
         "fakedev. A warm cache returns at once; a missing, partial or corrupt cache entry is rebuilt. A cold "
         "build downloads about 1 GB of modules and compiles for several minutes, printing progress.",
     )
-    b.add_argument("--cache", type=Path, default=None,
-                   help="cache root (default: $FAKEDEV_CACHE, else ~/.cache/fakedev)")
+    b.add_argument(
+        "--cache", type=Path, default=None, help="cache root (default: $FAKEDEV_CACHE, else ~/.cache/fakedev)"
+    )
     b.add_argument("--force", action="store_true", help="rebuild even when the cache is intact")
     b.set_defaults(handler=_build)
 
     state_help = "where running clusters are recorded (default: ~/.local/state/fakedev/clusters)"
-    u = verbs.add_parser("up", help="start a control plane in the background",
-                         description="Start a control plane that keeps running after this command returns. "
-                         "Prints the export line for KUBECONFIG.")
+    u = verbs.add_parser(
+        "up",
+        help="start a control plane in the background",
+        description="Start a control plane that keeps running after this command returns. "
+        "Prints the export line for KUBECONFIG.",
+    )
     u.add_argument("--name", default="default", help="cluster name (default: default)")
     u.add_argument("--state-dir", type=Path, default=None, help=state_help)
     u.set_defaults(handler=_up)
@@ -51,8 +55,11 @@ def add_parser(sub: Any) -> None:
     d.add_argument("--state-dir", type=Path, default=None, help=state_help)
     d.set_defaults(handler=_down)
 
-    e = verbs.add_parser("env", help="print `export KUBECONFIG=...` for a running control plane",
-                         description="Use as: eval \"$(fakedev cluster env)\"")
+    e = verbs.add_parser(
+        "env",
+        help="print `export KUBECONFIG=...` for a running control plane",
+        description='Use as: eval "$(fakedev cluster env)"',
+    )
     e.add_argument("--name", default="default")
     e.add_argument("--state-dir", type=Path, default=None, help=state_help)
     e.set_defaults(handler=_env)

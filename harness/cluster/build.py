@@ -52,6 +52,12 @@ class BinaryGroup:
     version: str
     programs: tuple[GoProgram, ...]
     version_ldflags: bool
+    source: Path | None = None
+    """The wrapper module's directory; ``None`` means the one shipped in ``gomod/<module>``."""
+
+    @property
+    def source_dir(self) -> Path:
+        return self.source if self.source is not None else module_dir(self.module)
 
 
 CONTROL_PLANE: Final = BinaryGroup(
@@ -139,7 +145,7 @@ def compute_recipe_digest(*, group: BinaryGroup, go_mod: bytes, go_sum: bytes) -
 
 
 def _recipe_digest(group: BinaryGroup) -> str:
-    src = module_dir(group.module)
+    src = group.source_dir
     return compute_recipe_digest(
         group=group, go_mod=(src / "go.mod").read_bytes(), go_sum=(src / "go.sum").read_bytes()
     )
@@ -222,6 +228,8 @@ def _run_with_heartbeat(
             count = f"{len(lines)}/{total}" if total else str(len(lines))
             progress(f"{label}: {count} packages, {_fmt_elapsed(elapsed)} elapsed")
     reader.join()
+    if proc.stdout is not None:
+        proc.stdout.close()
     if proc.returncode != 0:
         tail = "\n".join(lines[-40:])
         raise BuildError(f"{label} failed (exit {proc.returncode}): {' '.join(argv)}\n{tail}")
@@ -246,7 +254,7 @@ def build_group(*, group: BinaryGroup, cache_root: Path, progress: Progress, for
     with tempfile.TemporaryDirectory(prefix=f".build-{group.version}-", dir=entry.parent) as tmp:
         work = Path(tmp)
         src = work / "src"
-        shutil.copytree(module_dir(group.module), src)
+        shutil.copytree(group.source_dir, src)
         out = work / "out"
         out.mkdir()
         gotmp = work / "gotmp"
@@ -255,7 +263,11 @@ def build_group(*, group: BinaryGroup, cache_root: Path, progress: Progress, for
         packages = [p.package for p in group.programs]
         deps = _run_with_heartbeat(
             [go, "list", "-tags", BUILD_TAGS, "-deps", *packages],
-            cwd=src, env=env, label=f"{group.group}: downloading modules", progress=progress, total=None,
+            cwd=src,
+            env=env,
+            label=f"{group.group}: downloading modules",
+            progress=progress,
+            total=None,
         )
         total = len([d for d in deps if d and not d.startswith("go: ")])
         progress(f"{group.group}: {total} packages to compile ({_fmt_elapsed(time.monotonic() - started)})")
@@ -264,9 +276,24 @@ def build_group(*, group: BinaryGroup, cache_root: Path, progress: Progress, for
             t0 = time.monotonic()
             progress(f"compiling {program.name} {group.version}")
             _run_with_heartbeat(
-                [go, "build", "-v", "-trimpath", "-tags", BUILD_TAGS, "-ldflags", ldflags,
-                 "-o", str(out / program.name), program.package],
-                cwd=src, env=env, label=f"compiling {program.name}", progress=progress, total=total,
+                [
+                    go,
+                    "build",
+                    "-v",
+                    "-trimpath",
+                    "-tags",
+                    BUILD_TAGS,
+                    "-ldflags",
+                    ldflags,
+                    "-o",
+                    str(out / program.name),
+                    program.package,
+                ],
+                cwd=src,
+                env=env,
+                label=f"compiling {program.name}",
+                progress=progress,
+                total=total,
             )
             progress(f"built {program.name} in {_fmt_elapsed(time.monotonic() - t0)}")
         manifest: Manifest = {
@@ -284,7 +311,10 @@ def build_group(*, group: BinaryGroup, cache_root: Path, progress: Progress, for
 
 
 def build_binaries(
-    *, cache_root: Path | None = None, progress: Progress, force: bool = False,
+    *,
+    cache_root: Path | None = None,
+    progress: Progress,
+    force: bool = False,
     groups: Iterable[BinaryGroup] = DEFAULT_GROUPS,
 ) -> BinarySet:
     """Build (or reuse) every group and return all their binaries."""

@@ -128,9 +128,7 @@ def render_etcd_args(*, binary: Path, layout: Layout, ports: Ports) -> list[str]
     ]
 
 
-def render_apiserver_args(
-    *, binary: Path, layout: Layout, ports: Ports, settings: ClusterSettings
-) -> list[str]:
+def render_apiserver_args(*, binary: Path, layout: Layout, ports: Ports, settings: ClusterSettings) -> list[str]:
     pki = layout.pki
     return [
         str(binary),

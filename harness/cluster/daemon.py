@@ -91,7 +91,10 @@ def up(*, state_dir: Path, name: str) -> Pointer:
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "harness.cluster.daemon", "--state-dir", str(state_dir), "--name", name],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
@@ -143,8 +146,13 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     pointer: Pointer = {
-        "name": args.name, "supervisorPid": os.getpid(), "runDir": "", "kubeconfig": "", "server": "",
-        "ready": False, "error": "",
+        "name": args.name,
+        "supervisorPid": os.getpid(),
+        "runDir": "",
+        "kubeconfig": "",
+        "server": "",
+        "ready": False,
+        "error": "",
     }
     reap()
     try:
@@ -153,7 +161,10 @@ def main(argv: list[str] | None = None) -> int:
         pointer["error"] = str(exc)
         _write_pointer(path, pointer)
         return 1
-    pointer.update(runDir=str(cluster.run.path), kubeconfig=str(cluster.kubeconfig), server=cluster.server, ready=True)
+    pointer["runDir"] = str(cluster.run.path)
+    pointer["kubeconfig"] = str(cluster.kubeconfig)
+    pointer["server"] = cluster.server
+    pointer["ready"] = True
     _write_pointer(path, pointer)
     print(f"cluster {args.name!r} ready: {cluster.server}", flush=True)
     try:

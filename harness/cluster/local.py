@@ -50,7 +50,7 @@ def _http_ok(url: str, *, insecure_tls: bool = True) -> bool:
         # Scheduler and controller-manager serve self-signed health endpoints on loopback.
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
-    with urllib.request.urlopen(url, timeout=2, context=context) as resp:  # noqa: S310 - loopback only
+    with urllib.request.urlopen(url, timeout=2, context=context) as resp:
         return bool(resp.status == 200)
 
 
@@ -100,7 +100,9 @@ class LocalCluster:
         """(Re)start one component with its original flags; used by drills that restart the API server."""
         bins = binaries or cached_binaries()
         proc = start_process(
-            name=name, argv=_component_args(name, bins=bins, cluster=self), run=self.run,
+            name=name,
+            argv=_component_args(name, bins=bins, cluster=self),
+            run=self.run,
             log_path=self.layout.logs / f"{name}.log",
         )
         self.processes[name] = proc
@@ -118,7 +120,9 @@ class LocalCluster:
         if "kube-apiserver" in names:
             wait_for(
                 lambda: self.client.get_or_none(NAMESPACES, "default") is not None,
-                timeout=timeout, what="the default namespace", abort=self.dead_component,
+                timeout=timeout,
+                what="the default namespace",
+                abort=self.dead_component,
             )
 
     def logs(self) -> dict[str, str]:

@@ -38,8 +38,13 @@ def render_node(*, name: str, labels: Mapping[str, str]) -> JsonObj:
         "kind": "Node",
         "metadata": {
             "name": name,
-            "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-                       "fakedev.io/emulated": "true", **labels},
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "fakedev.io/emulated": "true",
+                **labels,
+            },
         },
         "spec": {},
     }
@@ -49,8 +54,14 @@ def render_node_status(*, name: str, capacity: Mapping[str, str], now: datetime.
     stamp = _rfc3339(now)
 
     def condition(kind: str, status: str, reason: str, message: str) -> dict[str, Any]:
-        return {"type": kind, "status": status, "reason": reason, "message": message,
-                "lastHeartbeatTime": stamp, "lastTransitionTime": stamp}
+        return {
+            "type": kind,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastHeartbeatTime": stamp,
+            "lastTransitionTime": stamp,
+        }
 
     return {
         "status": {
@@ -64,9 +75,16 @@ def render_node_status(*, name: str, capacity: Mapping[str, str], now: datetime.
             ],
             "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": name}],
             "nodeInfo": {
-                "kubeletVersion": KUBERNETES_VERSION, "kubeProxyVersion": "", "containerRuntimeVersion": "runc://1.1.5",
-                "operatingSystem": "linux", "architecture": "amd64", "osImage": "fakedev emulated node",
-                "kernelVersion": "", "machineID": "", "systemUUID": "", "bootID": "",
+                "kubeletVersion": KUBERNETES_VERSION,
+                "kubeProxyVersion": "",
+                "containerRuntimeVersion": "runc://1.1.5",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+                "osImage": "fakedev emulated node",
+                "kernelVersion": "",
+                "machineID": "",
+                "systemUUID": "",
+                "bootID": "",
             },
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
         }

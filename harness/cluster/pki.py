@@ -75,9 +75,15 @@ class Authority:
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .add_extension(
                 x509.KeyUsage(
-                    digital_signature=True, content_commitment=False, key_encipherment=False,
-                    data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
-                    encipher_only=False, decipher_only=False,
+                    digital_signature=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    encipher_only=False,
+                    decipher_only=False,
                 ),
                 critical=True,
             )
@@ -139,13 +145,19 @@ def create_cluster_pki(*, directory: Path) -> ClusterPki:
     directory.mkdir(parents=True, exist_ok=True)
     ca = Authority.create(directory=directory, name="ca")
     apiserver = ca.issue(
-        directory=directory, file_stem="apiserver", common_name="kube-apiserver",
+        directory=directory,
+        file_stem="apiserver",
+        common_name="kube-apiserver",
         server_names=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"),
-        server_ips=("127.0.0.1", "10.0.0.1"), client=False,
+        server_ips=("127.0.0.1", "10.0.0.1"),
+        client=False,
     )
     admin = ca.issue(
-        directory=directory, file_stem="admin", common_name="fakedev-admin",
-        organizations=("system:masters",), client=True,
+        directory=directory,
+        file_stem="admin",
+        common_name="fakedev-admin",
+        organizations=("system:masters",),
+        client=True,
     )
     sa_key = ec.generate_private_key(ec.SECP256R1())
     sa_key_path, sa_pub_path = directory / "sa.key", directory / "sa.pub"
@@ -154,6 +166,9 @@ def create_cluster_pki(*, directory: Path) -> ClusterPki:
         sa_key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     )
     return ClusterPki(
-        ca=ca.pair, apiserver=apiserver, admin=admin,
-        service_account_key=sa_key_path, service_account_pub=sa_pub_path,
+        ca=ca.pair,
+        apiserver=apiserver,
+        admin=admin,
+        service_account_key=sa_key_path,
+        service_account_pub=sa_pub_path,
     )

@@ -47,7 +47,9 @@ def credentials_from_kubeconfig(path: Path, *, context: str | None = None) -> Cr
 
     cfg = Configuration()
     try:
-        kconfig.load_kube_config(config_file=str(path), context=context, client_configuration=cfg)
+        kconfig.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=str(path), context=context, client_configuration=cfg
+        )
     except Exception as exc:
         raise ApiError(f"cannot load kubeconfig {path}: {exc}", status=0) from exc
     token = cfg.api_key.get("authorization") if cfg.api_key else None
@@ -246,7 +248,10 @@ class KubeClient:
         url = self._base + res.path(namespace=namespace) + "?" + urllib.parse.urlencode(query)
         try:
             resp = self._pool.request(
-                "GET", url, headers=self._headers, preload_content=False,
+                "GET",
+                url,
+                headers=self._headers,
+                preload_content=False,
                 timeout=urllib3.Timeout(connect=5.0, read=timeout_seconds + 10.0),
             )
         except urllib3.exceptions.HTTPError as exc:
@@ -254,7 +259,9 @@ class KubeClient:
         try:
             if resp.status >= 400:
                 payload = json.loads(resp.read() or b"{}")
-                raise _error_for(method="WATCH", path=res.path(namespace=namespace), status=resp.status, payload=payload)
+                raise _error_for(
+                    method="WATCH", path=res.path(namespace=namespace), status=resp.status, payload=payload
+                )
             buffer = b""
             try:
                 for chunk in resp.stream(65536):

@@ -34,9 +34,7 @@ NAMESPACES: Final = Resource(group="", version="v1", plural="namespaces", kind="
 NODES: Final = Resource(group="", version="v1", plural="nodes", kind="Node", namespaced=False)
 PODS: Final = Resource(group="", version="v1", plural="pods", kind="Pod", namespaced=True)
 EVENTS: Final = Resource(group="", version="v1", plural="events", kind="Event", namespaced=True)
-LEASES: Final = Resource(
-    group="coordination.k8s.io", version="v1", plural="leases", kind="Lease", namespaced=True
-)
+LEASES: Final = Resource(group="coordination.k8s.io", version="v1", plural="leases", kind="Lease", namespaced=True)
 DEVICE_CLASSES: Final = Resource(
     group="resource.k8s.io", version="v1", plural="deviceclasses", kind="DeviceClass", namespaced=False
 )
@@ -44,7 +42,10 @@ RESOURCE_CLAIMS: Final = Resource(
     group="resource.k8s.io", version="v1", plural="resourceclaims", kind="ResourceClaim", namespaced=True
 )
 RESOURCE_CLAIM_TEMPLATES: Final = Resource(
-    group="resource.k8s.io", version="v1", plural="resourceclaimtemplates", kind="ResourceClaimTemplate",
+    group="resource.k8s.io",
+    version="v1",
+    plural="resourceclaimtemplates",
+    kind="ResourceClaimTemplate",
     namespaced=True,
 )
 RESOURCE_SLICES: Final = Resource(
@@ -54,13 +55,25 @@ DEVICE_TAINT_RULES: Final = Resource(
     group="resource.k8s.io", version="v1", plural="devicetaintrules", kind="DeviceTaintRule", namespaced=False
 )
 RESOURCE_POOL_STATUS_REQUESTS: Final = Resource(
-    group="resource.k8s.io", version="v1alpha3", plural="resourcepoolstatusrequests",
-    kind="ResourcePoolStatusRequest", namespaced=False,
+    group="resource.k8s.io",
+    version="v1alpha3",
+    plural="resourcepoolstatusrequests",
+    kind="ResourcePoolStatusRequest",
+    namespaced=False,
 )
 
 KNOWN: Final = (
-    NAMESPACES, NODES, PODS, EVENTS, LEASES, DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_CLAIM_TEMPLATES,
-    RESOURCE_SLICES, DEVICE_TAINT_RULES, RESOURCE_POOL_STATUS_REQUESTS,
+    NAMESPACES,
+    NODES,
+    PODS,
+    EVENTS,
+    LEASES,
+    DEVICE_CLASSES,
+    RESOURCE_CLAIMS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_SLICES,
+    DEVICE_TAINT_RULES,
+    RESOURCE_POOL_STATUS_REQUESTS,
 )
 
 

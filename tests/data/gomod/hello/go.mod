@@ -1,0 +1,3 @@
+module fakedev.local/hello
+
+go 1.26.0

@@ -1,0 +1,265 @@
+"""The local 1.37 control plane does what DRA needs: APIs served, gates on, scheduler allocates, controllers act."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.cluster.config import DRA_FEATURE_GATES
+from harness.cluster.local import LocalCluster
+from harness.cluster.nodes import NodeHeartbeats, delete_node, register_node
+from harness.kube.client import JsonObj, KubeClient
+from harness.kube.manifests import apply_objects, load_manifest_file
+from harness.kube.resources import (
+    DEVICE_CLASSES,
+    DEVICE_TAINT_RULES,
+    PODS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+)
+from harness.kube.waits import wait_object
+
+pytestmark = pytest.mark.cluster
+
+REPO = Path(__file__).resolve().parents[2]
+SEED = REPO / "examples" / "seed-extended-resource.yaml"
+KUBECTL = Path(sys.executable).parent / "kubectl"
+
+
+def _kubectl(cluster: LocalCluster, *args: str) -> str:
+    return subprocess.run(
+        [str(KUBECTL), "--kubeconfig", str(cluster.kubeconfig), *args],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+
+
+def _example_slice(*, node: str, driver: str = "gpu.example.com", count: int = 2) -> JsonObj:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-example"},
+        "spec": {
+            "driver": driver,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [
+                {
+                    "name": f"gpu-{i}",
+                    "attributes": {"index": {"int": i}, "model": {"string": "LATEST-GPU-MODEL"}},
+                    "capacity": {"memory": {"value": "80Gi"}},
+                }
+                for i in range(count)
+            ],
+        },
+    }
+
+
+@pytest.fixture
+def example_node(kube: KubeClient, unique_name: str, node_heartbeats: NodeHeartbeats) -> Iterator[str]:
+    """An emulated Node with a hand-written slice of two gpu.example.com devices."""
+    register_node(kube, name=unique_name)
+    node_heartbeats.add(unique_name)
+    kube.create(RESOURCE_SLICES, _example_slice(node=unique_name))
+    yield unique_name
+    node_heartbeats.discard(unique_name)
+    kube.delete(RESOURCE_SLICES, f"{unique_name}-example")
+    delete_node(kube, name=unique_name)
+
+
+@pytest.fixture
+def example_class(kube: KubeClient, unique_name: str) -> Iterator[str]:
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": unique_name},
+        "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.example.com"'}}]},
+    }
+    kube.create(DEVICE_CLASSES, body)
+    yield unique_name
+    kube.delete(DEVICE_CLASSES, unique_name)
+
+
+def _pod(*, name: str, node: str, claims: list[dict[str, Any]]) -> JsonObj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "resourceClaims": claims,
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "busybox:1.36",
+                    "command": ["sh", "-c", "sleep 3600"],
+                    "resources": {"claims": [{"name": c["name"]} for c in claims]},
+                }
+            ],
+        },
+    }
+
+
+def test_api_resources_lists_every_dra_kind(local_cluster: LocalCluster) -> None:
+    out = _kubectl(local_cluster, "api-resources", "--no-headers")
+    served = {(cols[0], cols[-3]) for cols in (line.split() for line in out.splitlines())}
+    expected = {
+        ("deviceclasses", "resource.k8s.io/v1"),
+        ("resourceclaims", "resource.k8s.io/v1"),
+        ("resourceclaimtemplates", "resource.k8s.io/v1"),
+        ("resourceslices", "resource.k8s.io/v1"),
+        ("devicetaintrules", "resource.k8s.io/v1"),
+        ("resourcepoolstatusrequests", "resource.k8s.io/v1alpha3"),
+    }
+    assert expected <= served
+
+
+def test_server_reports_release_version(local_cluster: LocalCluster) -> None:
+    status, body = local_cluster.client.get_text("/version")
+    assert status == 200
+    assert '"gitVersion": "v1.37.2"' in body
+
+
+def test_every_dra_feature_gate_is_enabled(local_cluster: LocalCluster) -> None:
+    status, metrics = local_cluster.client.get_text("/metrics")
+    assert status == 200
+    enabled = dict(re.findall(r'kubernetes_feature_enabled\{name="(\w+)",stage="\w*"\} (\d)', metrics))
+    assert {gate: enabled.get(gate) for gate in DRA_FEATURE_GATES} == dict.fromkeys(DRA_FEATURE_GATES, "1")
+
+
+def test_seed_extended_resource_pod_is_allocated_through_dra(
+    kube: KubeClient, example_node: str, test_namespace: str
+) -> None:
+    objects = load_manifest_file(SEED)
+    device_class = next(o for o in objects if o["kind"] == "DeviceClass")
+    pod = next(o for o in objects if o["kind"] == "Pod")
+    try:
+        apply_objects(kube, [device_class])
+        stored = kube.get(DEVICE_CLASSES, "example-gpu")
+        assert stored["spec"]["extendedResourceName"] == "gpu.example.com/device"
+
+        apply_objects(kube, [pod], namespace=test_namespace)
+        bound = wait_object(
+            kube,
+            PODS,
+            pod["metadata"]["name"],
+            namespace=test_namespace,
+            predicate=lambda p: bool(p["spec"].get("nodeName")),
+            what="scheduled",
+        )
+        assert bound["spec"]["nodeName"] == example_node
+
+        status = wait_object(
+            kube,
+            PODS,
+            pod["metadata"]["name"],
+            namespace=test_namespace,
+            predicate=lambda p: bool(p.get("status", {}).get("extendedResourceClaimStatus")),
+            what="extendedResourceClaimStatus",
+        )["status"]["extendedResourceClaimStatus"]
+        claim = kube.get(RESOURCE_CLAIMS, status["resourceClaimName"], namespace=test_namespace)
+        results = claim["status"]["allocation"]["devices"]["results"]
+        assert [(r["driver"], r["pool"]) for r in results] == [("gpu.example.com", example_node)]
+        assert results[0]["device"] in {"gpu-0", "gpu-1"}
+        assert status["requestMappings"][0]["resourceName"] == "gpu.example.com/device"
+    finally:
+        kube.delete(DEVICE_CLASSES, "example-gpu")
+
+
+def test_claim_template_is_instantiated_by_the_resourceclaim_controller(
+    kube: KubeClient, example_node: str, example_class: str, test_namespace: str
+) -> None:
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "one-gpu"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": example_class}}]}}},
+    }
+    kube.create(RESOURCE_CLAIM_TEMPLATES, template, namespace=test_namespace)
+    kube.create(
+        PODS,
+        _pod(name="templated", node=example_node, claims=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]),
+        namespace=test_namespace,
+    )
+    pod = wait_object(
+        kube,
+        PODS,
+        "templated",
+        namespace=test_namespace,
+        predicate=lambda p: bool(p.get("status", {}).get("resourceClaimStatuses")),
+        what="resourceClaimStatuses",
+    )
+    claim_name = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+    claim = wait_object(
+        kube,
+        RESOURCE_CLAIMS,
+        claim_name,
+        namespace=test_namespace,
+        predicate=lambda c: bool(c.get("status", {}).get("allocation")),
+        what="allocated",
+    )
+    assert claim["metadata"]["annotations"]["resource.kubernetes.io/pod-claim-name"] == "gpu"
+    assert claim["metadata"]["ownerReferences"][0]["name"] == "templated"
+    assert claim["status"]["reservedFor"][0]["name"] == "templated"
+
+
+def test_noexecute_taint_rule_makes_the_eviction_controller_delete_the_pod(
+    kube: KubeClient, example_node: str, example_class: str, test_namespace: str, unique_name: str
+) -> None:
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "gpu"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": example_class}}]}},
+    }
+    kube.create(RESOURCE_CLAIMS, claim, namespace=test_namespace)
+    kube.create(
+        PODS,
+        _pod(name="victim", node=example_node, claims=[{"name": "gpu", "resourceClaimName": "gpu"}]),
+        namespace=test_namespace,
+    )
+    allocated = wait_object(
+        kube,
+        RESOURCE_CLAIMS,
+        "gpu",
+        namespace=test_namespace,
+        predicate=lambda c: bool(c.get("status", {}).get("allocation")),
+        what="allocated",
+    )
+    device = allocated["status"]["allocation"]["devices"]["results"][0]["device"]
+    rule = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": unique_name},
+        "spec": {
+            "deviceSelector": {"driver": "gpu.example.com", "pool": example_node, "device": device},
+            "taint": {"key": "fakedev.io/maintenance", "value": "drill", "effect": "NoExecute"},
+        },
+    }
+    kube.create(DEVICE_TAINT_RULES, rule)
+    try:
+        # No kubelet runs on the emulated node yet, so the deleted pod stays Terminating: the controller's
+        # delete shows as a deletionTimestamp plus the DisruptionTarget condition it sets first.
+        evicted = wait_object(
+            kube,
+            PODS,
+            "victim",
+            namespace=test_namespace,
+            predicate=lambda p: bool(p["metadata"].get("deletionTimestamp")),
+            what="deleted by the taint controller",
+        )
+        reasons = {c["type"]: c.get("reason") for c in evicted["status"].get("conditions", [])}
+        assert reasons.get("DisruptionTarget") == "DeletionByDeviceTaintManager"
+    finally:
+        kube.delete(DEVICE_TAINT_RULES, unique_name)
+        kube.delete(PODS, "victim", namespace=test_namespace, grace_seconds=0)
