@@ -29,15 +29,8 @@ RUN_ENV: Final = "FAKEDEV_RUN_ID"
 RUN_PREFIX: Final = "fakedev-"
 _LOCK_NAME: Final = "owner.lock"
 
-Cleaner = Callable[[str], None]
-"""Removes whatever a subsystem created for a run id (called by the reaper with the dead run's id)."""
-_CLEANERS: list[Cleaner] = []
-
-
-def register_cleaner(cleaner: Cleaner) -> None:
-    """Let the reaper remove a subsystem's leftovers (netns, veths, containers) of dead runs."""
-    if cleaner not in _CLEANERS:
-        _CLEANERS.append(cleaner)
+Cleaner = Callable[[str, Path], None]
+"""Removes whatever a subsystem created for a dead run, given its id and its run directory."""
 
 
 def default_run_base() -> Path:
@@ -120,8 +113,11 @@ def kill_run_processes(run_id: str) -> int:
     return len(pids)
 
 
-def reap(*, base: Path | None = None) -> list[str]:
-    """Clean up after every run under ``base`` whose owner has died; returns the reaped run ids."""
+def reap(*, base: Path | None = None, cleaners: Sequence[Cleaner] = ()) -> list[str]:
+    """Clean up after every run under ``base`` whose owner has died; returns the reaped run ids.
+
+    Use :func:`harness.reaper.reap_all` to include the runtime's cleaners (containers, namespaces, veths).
+    """
     root = base or default_run_base()
     reaped = []
     for path in sorted(root.glob(f"{RUN_PREFIX}*")):
@@ -129,9 +125,9 @@ def reap(*, base: Path | None = None) -> list[str]:
             continue
         run_id = _run_id_of(path)
         kill_run_processes(run_id)
-        for cleaner in _CLEANERS:
+        for cleaner in cleaners:
             with contextlib.suppress(Exception):  # a cleaner's failure must not stop the others
-                cleaner(run_id)
+                cleaner(run_id, path)
         shutil.rmtree(path, ignore_errors=True)
         reaped.append(run_id)
     return reaped

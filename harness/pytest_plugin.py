@@ -18,7 +18,7 @@ from harness.cluster.local import LocalCluster, start_local_cluster
 from harness.cluster.nodes import NodeHeartbeats
 from harness.kube.client import KubeClient
 from harness.kube.resources import NAMESPACES
-from harness.procs import reap
+from harness.reaper import reap_all
 
 MARKERS = {
     "cluster": "needs the real local control plane (built by `fakedev cluster build`)",
@@ -56,7 +56,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     # Only the controller (or a non-xdist run) reaps, so workers never remove each other's live runs
     # (live runs are locked anyway; this just avoids doing the scan N times).
     if not os.environ.get("PYTEST_XDIST_WORKER"):
-        reap(base=_run_base(session.config))
+        reap_all(base=_run_base(session.config))
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ from typing import Final, TypedDict
 from harness.cluster.build import cached_binaries
 from harness.cluster.local import start_local_cluster
 from harness.errors import ClusterStateError, NotReadyError
-from harness.procs import reap
+from harness.reaper import reap_all
 
 START_TIMEOUT: Final = 180.0
 
@@ -117,7 +117,7 @@ def down(*, state_dir: Path, name: str, timeout: float = 30.0) -> bool:
     try:
         pointer = read_pointer(state_dir=state_dir, name=name)
     except ClusterStateError:
-        reap()
+        reap_all()
         return False
     pid = pointer["supervisorPid"]
     os.kill(pid, signal.SIGTERM)
@@ -127,7 +127,7 @@ def down(*, state_dir: Path, name: str, timeout: float = 30.0) -> bool:
     if _pid_alive(pid):
         os.kill(pid, signal.SIGKILL)
     _pointer_path(state_dir, name).unlink(missing_ok=True)
-    reap()
+    reap_all()
     return True
 
 
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         "ready": False,
         "error": "",
     }
-    reap()
+    reap_all()
     try:
         cluster = start_local_cluster(progress=lambda m: print(m, flush=True))
     except Exception as exc:
