@@ -55,7 +55,7 @@ def render_container_spec(
             "args": list(args),
             "env": [f"{k}={v}" for k, v in full_env.items()],
             "cwd": cwd,
-            "capabilities": {k: caps for k in ("bounding", "effective", "permitted")},
+            "capabilities": {k: list(caps) for k in ("bounding", "effective", "permitted")},
             "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}],
             "noNewPrivileges": True,
         },

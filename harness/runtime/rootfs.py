@@ -53,7 +53,7 @@ def ensure_rootfs(*, cache_root: Path) -> Path:
         (tmp / "etc" / "hostname").write_text("fakedev\n")
         (tmp / "var" / "run").symlink_to("../run")
         (tmp / ".complete").write_text(str(busybox) + "\n")
-        os.chmod(tmp, 0o755)
+        tmp.chmod(0o755)
         if target.exists():
             shutil.rmtree(target)
         tmp.rename(target)
