@@ -1,0 +1,162 @@
+"""Writing and removing spec files in a CDI directory, atomically and only inside that directory.
+
+A runtime may scan the directory at any moment, so a spec file must appear whole or not at all: we validate, write a
+hidden temp file in the same directory (same filesystem, so the rename is atomic; not ``.json``/``.yaml``, so
+scanners skip it), fsync it, rename it over the target and fsync the directory so the rename survives a crash.
+File names come from the caller and must be plain names: anything that could land outside the directory is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from cdi.errors import PathEscapeError, WriteError
+from cdi.loader import SPEC_SUFFIXES, format_for
+from cdi.spec import Spec
+from cdi.validate import validate_spec
+
+SPEC_FILE_MODE = 0o644  # runtimes read specs as root, but inspection tools often do not
+CDI_DIR_MODE = 0o755
+_TEMP_SUFFIX = ".tmp"
+
+# Called with the temp file's path after it is written and fsynced, before the rename; lets tests stop there.
+BeforeRename = Callable[[Path], None]
+
+
+def render_spec_text(spec: Spec, *, path: Path) -> str:
+    """The file content for ``spec``: JSON for ``.json``, YAML otherwise (pure)."""
+    document = spec.to_json()
+    if format_for(path) == "json":
+        return json.dumps(document, indent=2) + "\n"
+    return yaml.safe_dump(document, sort_keys=False)
+
+
+def _check_plain_name(name: str, *, what: str) -> None:
+    # A leading "." is reserved for our temp files, so a spec can never be mistaken for (or removed as) one.
+    if not name or name in (".", "..") or name.startswith(".") or "/" in name or "\0" in name:
+        raise PathEscapeError(f"{what} {name!r} must be a plain, non-hidden file name inside the CDI directory")
+
+
+def _target(*, cdi_dir: Path, file_name: str) -> Path:
+    _check_plain_name(file_name, what="spec file name")
+    target = cdi_dir / file_name
+    if target.resolve().parent != cdi_dir.resolve():
+        raise PathEscapeError(f"spec file {target} would be outside the CDI directory {cdi_dir}")
+    return target
+
+
+def _temp_prefix(file_name: str) -> str:
+    return f".{file_name}."
+
+
+def _temp_owner(name: str) -> str | None:
+    """The spec file name a temp file was made for (``.<file>.<random>.tmp``), or None if it is not one of ours."""
+    if not (name.startswith(".") and name.endswith(_TEMP_SUFFIX)):
+        return None
+    owner, dot, _random = name[1 : -len(_TEMP_SUFFIX)].rpartition(".")  # mkstemp's random part has no "."
+    return owner if dot and owner else None
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make renames and unlinks in ``directory`` durable."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise WriteError(f"cannot fsync CDI directory {directory}: {exc}") from exc
+
+
+def write_spec(*, spec: Spec, cdi_dir: Path, file_name: str, before_rename: BeforeRename | None = None) -> Path:
+    """Validate ``spec`` and write it atomically as ``cdi_dir/file_name`` (mode 0644); returns the path written."""
+    target = _target(cdi_dir=cdi_dir, file_name=file_name)
+    if target.suffix not in SPEC_SUFFIXES:
+        raise WriteError(f"spec file name {file_name!r} must end in .json or .yaml, or runtimes will not read it")
+    validate_spec(spec, source=str(target))
+    data = render_spec_text(spec, path=target).encode()
+    try:
+        cdi_dir.mkdir(mode=CDI_DIR_MODE, parents=True, exist_ok=True)
+        fd, temp_name = tempfile.mkstemp(prefix=_temp_prefix(file_name), suffix=_TEMP_SUFFIX, dir=cdi_dir)
+    except OSError as exc:
+        raise WriteError(f"cannot create a temp file in CDI directory {cdi_dir}: {exc}") from exc
+    temp = Path(temp_name)
+    try:
+        with os.fdopen(fd, "wb") as stream:
+            os.fchmod(stream.fileno(), SPEC_FILE_MODE)  # mkstemp makes 0600
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        if before_rename is not None:
+            before_rename(temp)
+        temp.replace(target)
+    except OSError as exc:
+        _discard(temp)
+        raise WriteError(f"cannot write CDI spec {target}: {exc}") from exc
+    except BaseException:
+        _discard(temp)
+        raise
+    _fsync_dir(cdi_dir)
+    return target
+
+
+def _discard(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+
+def _unlink(path: Path) -> bool:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise WriteError(f"cannot remove CDI spec {path}: {exc}") from exc
+    return True
+
+
+def _list_names(cdi_dir: Path) -> list[str]:
+    try:
+        return sorted(entry.name for entry in cdi_dir.iterdir())
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise WriteError(f"cannot list CDI directory {cdi_dir}: {exc}") from exc
+
+
+def remove_spec(*, cdi_dir: Path, file_name: str) -> bool:
+    """Remove ``cdi_dir/file_name`` and temp files a crashed write of it left; False if it was already gone."""
+    target = _target(cdi_dir=cdi_dir, file_name=file_name)
+    removed = _unlink(target)
+    for name in _list_names(cdi_dir):
+        if _temp_owner(name) == file_name:
+            _unlink(cdi_dir / name)
+    if removed:
+        _fsync_dir(cdi_dir)
+    return removed
+
+
+def remove_specs_with_prefix(*, cdi_dir: Path, prefix: str, suffix: str = ".json") -> tuple[Path, ...]:
+    """Remove every ``<prefix>*<suffix>`` spec file (and its write leftovers); returns the spec files removed.
+
+    The prefix is matched literally (no glob characters), so it can come from IDs without escaping.
+    """
+    _check_plain_name(prefix, what="spec file prefix")
+    removed: list[Path] = []
+    for name in _list_names(cdi_dir):
+        owner = _temp_owner(name)
+        if owner is not None and owner.startswith(prefix) and owner.endswith(suffix):
+            _unlink(cdi_dir / name)
+        elif name.startswith(prefix) and name.endswith(suffix) and _unlink(cdi_dir / name):
+            removed.append(cdi_dir / name)
+    if removed:
+        _fsync_dir(cdi_dir)
+    return tuple(removed)
