@@ -7,9 +7,8 @@ HarnessError
     ├── BuildError            a control-plane binary could not be built
     ├── ComponentError        a control-plane component exited or failed to start
     └── ClusterStateError     no cluster / a broken cluster state directory
-ApiError                      the API server answered with an error status (``status``, ``reason``)
-├── ConflictError             409: re-read and try again (also a RetryableError)
-└── ApiUnavailableError       unreachable, 429 or 5xx (also a RetryableError)
+
+API errors (``ApiError`` and its retryable children) live in :mod:`kubeclient.errors`.
 """
 
 from __future__ import annotations
@@ -41,20 +40,3 @@ class ComponentError(PermanentError):
 
 class ClusterStateError(PermanentError):
     """The cluster state directory is missing or not usable."""
-
-
-class ApiError(HarnessError):
-    """The API server answered with an error status (0 when there was no answer)."""
-
-    def __init__(self, message: str, *, status: int = 0, reason: str = "") -> None:
-        super().__init__(message)
-        self.status = status
-        self.reason = reason
-
-
-class ConflictError(ApiError, RetryableError):
-    """409 Conflict: the object changed underneath; re-read and retry."""
-
-
-class ApiUnavailableError(ApiError, RetryableError):
-    """The API server could not be reached or asked us to back off."""

@@ -16,8 +16,8 @@ import pytest
 from harness.cluster.build import cached_binaries
 from harness.cluster.local import LocalCluster, start_local_cluster
 from harness.cluster.nodes import NodeHeartbeats
-from harness.kube.client import KubeClient
-from harness.kube.resources import NAMESPACES
+from kubeclient.client import KubeClient
+from kubeclient.resources import NAMESPACES
 from harness.reaper import reap_all
 
 MARKERS = {

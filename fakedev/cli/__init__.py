@@ -10,6 +10,7 @@ from fakedev.cli import cluster as cluster_cmd
 from fakedev.cli import run as run_cmd
 from fakedev.errors import FakedevError
 from harness.errors import HarnessError
+from kubeclient.errors import KubeClientError
 
 DESCRIPTION = """\
 fakedev — emulated GPUs and NICs behind a real Kubernetes DRA kubelet plugin, a kubelet emulator that
@@ -33,7 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code: int = args.handler(args)
-    except (FakedevError, HarnessError) as exc:
+    except (FakedevError, HarnessError, KubeClientError) as exc:
         print(f"fakedev: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from harness.cluster.build import KUBERNETES_VERSION
-from harness.errors import ApiError
-from harness.kube.client import JsonObj, KubeClient
-from harness.kube.resources import LEASES, NODES
+from kubeclient.errors import ApiError
+from kubeclient.client import JsonObj, KubeClient
+from kubeclient.resources import LEASES, NODES
 
 LEASE_NAMESPACE: Final = "kube-node-lease"
 LEASE_SECONDS: Final = 40

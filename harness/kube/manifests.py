@@ -7,9 +7,9 @@ from pathlib import Path
 
 import yaml
 
-from harness.errors import ApiError
-from harness.kube.client import JsonObj, KubeClient
-from harness.kube.resources import resource_for
+from kubeclient.errors import ApiError
+from kubeclient.client import JsonObj, KubeClient
+from kubeclient.resources import resource_for
 
 
 def load_manifests(text: str, *, source: str = "<manifest>") -> list[JsonObj]:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from harness.errors import ApiError, NotReadyError
-from harness.kube.client import JsonObj, KubeClient
-from harness.kube.resources import Resource
+from harness.errors import NotReadyError
+from kubeclient.errors import ApiError
+from kubeclient.client import JsonObj, KubeClient
+from kubeclient.resources import Resource
 
 POLL_SECONDS = 0.1
 

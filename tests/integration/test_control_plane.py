@@ -14,9 +14,9 @@ import pytest
 from harness.cluster.config import DRA_FEATURE_GATES
 from harness.cluster.local import LocalCluster
 from harness.cluster.nodes import NodeHeartbeats, delete_node, register_node
-from harness.kube.client import JsonObj, KubeClient
+from kubeclient.client import JsonObj, KubeClient
 from harness.kube.manifests import apply_objects, load_manifest_file
-from harness.kube.resources import (
+from kubeclient.resources import (
     DEVICE_CLASSES,
     DEVICE_TAINT_RULES,
     PODS,

@@ -15,8 +15,8 @@ from typing import Any, Final, Literal
 
 import urllib3
 
-from harness.errors import ApiError, ApiUnavailableError, ConflictError
-from harness.kube.resources import Resource
+from kubeclient.errors import ApiError, ApiUnavailableError, ConflictError
+from kubeclient.resources import Resource
 
 JsonObj = dict[str, Any]
 PatchType = Literal["merge", "strategic", "json"]
@@ -25,7 +25,7 @@ _PATCH_CONTENT: Final[dict[str, str]] = {
     "strategic": "application/strategic-merge-patch+json",
     "json": "application/json-patch+json",
 }
-FIELD_MANAGER: Final = "fakedev-harness"
+FIELD_MANAGER: Final = "fakedev"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +52,23 @@ def credentials_from_kubeconfig(path: Path, *, context: str | None = None) -> Cr
         )
     except Exception as exc:
         raise ApiError(f"cannot load kubeconfig {path}: {exc}", status=0) from exc
+    return _credentials(cfg)
+
+
+def credentials_in_cluster() -> Credentials:
+    """The pod's service account, as a DaemonSet container sees it."""
+    from kubernetes import config as kconfig
+    from kubernetes.client import Configuration
+
+    cfg = Configuration()
+    try:
+        kconfig.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+    except Exception as exc:
+        raise ApiError(f"no in-cluster configuration: {exc}", status=0) from exc
+    return _credentials(cfg)
+
+
+def _credentials(cfg: Any) -> Credentials:
     token = cfg.api_key.get("authorization") if cfg.api_key else None
     return Credentials(
         server=cfg.host,
@@ -66,7 +83,14 @@ def credentials_from_kubeconfig(path: Path, *, context: str | None = None) -> Cr
 class KubeClient:
     """CRUD, patch, server-side apply and watch on raw JSON objects."""
 
-    def __init__(self, credentials: Credentials, *, timeout: float = 30.0, field_manager: str = FIELD_MANAGER):
+    def __init__(
+        self,
+        credentials: Credentials,
+        *,
+        timeout: float = 30.0,
+        field_manager: str = FIELD_MANAGER,
+        user_agent: str = "fakedev",
+    ):
         self.credentials = credentials
         self.field_manager = field_manager
         self._timeout = timeout
@@ -80,7 +104,7 @@ class KubeClient:
             key_file=str(credentials.key_file) if credentials.key_file else None,
             retries=False,
         )
-        self._headers = {"Accept": "application/json", "User-Agent": "fakedev-harness"}
+        self._headers = {"Accept": "application/json", "User-Agent": user_agent}
         if credentials.token:
             self._headers["Authorization"] = f"Bearer {credentials.token}"
 

@@ -1,0 +1,38 @@
+"""Errors of the API client.
+
+    KubeClientError
+    └── ApiError                  the API server answered with an error status (``status``; 0 = no answer)
+        ├── ConflictError         409: re-read and try again             (retryable)
+        └── ApiUnavailableError   unreachable, 429 or 5xx                 (retryable)
+
+``retryable`` tells callers whether a later attempt may succeed.
+"""
+
+from __future__ import annotations
+
+
+class KubeClientError(Exception):
+    """Base of the client's errors."""
+
+    retryable = False
+
+
+class ApiError(KubeClientError):
+    """The API server answered with an error status (0 when there was no answer or the config is unusable)."""
+
+    def __init__(self, message: str, *, status: int = 0, reason: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+class ConflictError(ApiError):
+    """409 Conflict: the object changed underneath; re-read and retry."""
+
+    retryable = True
+
+
+class ApiUnavailableError(ApiError):
+    """The API server could not be reached or asked us to back off."""
+
+    retryable = True
