@@ -16,9 +16,9 @@ import pytest
 from harness.cluster.build import cached_binaries
 from harness.cluster.local import LocalCluster, start_local_cluster
 from harness.cluster.nodes import NodeHeartbeats
+from harness.reaper import reap_all
 from kubeclient.client import KubeClient
 from kubeclient.resources import NAMESPACES
-from harness.reaper import reap_all
 
 MARKERS = {
     "cluster": "needs the real local control plane (built by `fakedev cluster build`)",

@@ -17,9 +17,9 @@ from harness.cluster import config as cfg
 from harness.cluster.build import BinarySet, cached_binaries
 from harness.cluster.pki import create_cluster_pki
 from harness.errors import ComponentError, NotReadyError
+from harness.procs import Process, RunDir, open_run_dir, start_process, wait_for
 from kubeclient.client import Credentials, KubeClient
 from kubeclient.resources import NAMESPACES
-from harness.procs import Process, RunDir, open_run_dir, start_process, wait_for
 
 Progress = Callable[[str], None]
 READY_TIMEOUT: Final = 120.0

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from harness.cluster.build import KUBERNETES_VERSION
-from kubeclient.errors import ApiError
 from kubeclient.client import JsonObj, KubeClient
+from kubeclient.errors import ApiError
 from kubeclient.resources import LEASES, NODES
 
 LEASE_NAMESPACE: Final = "kube-node-lease"

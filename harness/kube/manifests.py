@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from kubeclient.errors import ApiError
 from kubeclient.client import JsonObj, KubeClient
+from kubeclient.errors import ApiError
 from kubeclient.resources import resource_for
 
 

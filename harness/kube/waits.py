@@ -6,8 +6,8 @@ import time
 from collections.abc import Callable
 
 from harness.errors import NotReadyError
-from kubeclient.errors import ApiError
 from kubeclient.client import JsonObj, KubeClient
+from kubeclient.errors import ApiError
 from kubeclient.resources import Resource
 
 POLL_SECONDS = 0.1

@@ -14,8 +14,9 @@ import pytest
 from harness.cluster.config import DRA_FEATURE_GATES
 from harness.cluster.local import LocalCluster
 from harness.cluster.nodes import NodeHeartbeats, delete_node, register_node
-from kubeclient.client import JsonObj, KubeClient
 from harness.kube.manifests import apply_objects, load_manifest_file
+from harness.kube.waits import wait_object
+from kubeclient.client import JsonObj, KubeClient
 from kubeclient.resources import (
     DEVICE_CLASSES,
     DEVICE_TAINT_RULES,
@@ -24,7 +25,6 @@ from kubeclient.resources import (
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
 )
-from harness.kube.waits import wait_object
 
 pytestmark = pytest.mark.cluster
 
