@@ -1,0 +1,122 @@
+"""``fakedev plugin``: the fake driver's kubelet plugin, as a DaemonSet container would run it."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+from fakedev import logs
+from fakedev.plugin.app import DEFAULT_CDI_DIR, DEFAULT_KUBELET_ROOT, PluginSettings, run_plugin
+from fakedev.render import Schema
+from kubeclient import Credentials, credentials_from_kubeconfig, credentials_in_cluster
+
+DESCRIPTION = """\
+Serve the fake DRA driver's kubelet plugin for one node: DRA v1 and v1beta1 and health v1 and v1alpha1 on
+<kubelet-root>/plugins/<driver>/dra.sock, then registration on <kubelet-root>/plugins_registry/<driver>-reg.sock.
+Devices come from a node profile (`fakedev profile list`); their ResourceSlices are published for --node-name.
+Prepare writes CDI specs into --cdi-dir and device-metadata files below the plugin's data dir, and sets the
+claim's status.devices. Stop with SIGTERM or Ctrl-C; prepared claims survive restarts (checkpoint).
+"""
+
+
+def add_parser(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "plugin",
+        help="run the fake driver's kubelet plugin",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--profile", required=True, help="built-in profile name or path to a profile YAML")
+    p.add_argument(
+        "--node-name", default=os.environ.get("NODE_NAME"), help="the Node this plugin serves (default: $NODE_NAME)"
+    )
+    p.add_argument(
+        "--schema",
+        choices=[s.value for s in Schema],
+        default=None,
+        help="which driver's schema to serve when the profile has several (nvidia, dranet, example)",
+    )
+    p.add_argument(
+        "--driver-name",
+        default=None,
+        help="driver name to register and publish (default: the schema's: gpu.nvidia.com, dra.net, gpu.example.com)",
+    )
+    p.add_argument(
+        "--kubelet-root",
+        type=Path,
+        default=DEFAULT_KUBELET_ROOT,
+        help=f"kubelet root dir holding plugins/ and plugins_registry/ (default: {DEFAULT_KUBELET_ROOT})",
+    )
+    p.add_argument("--cdi-dir", type=Path, default=DEFAULT_CDI_DIR, help=f"CDI spec dir (default: {DEFAULT_CDI_DIR})")
+    p.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="checkpoint and fake /dev (default: <kubelet-root>/plugins/<driver>)",
+    )
+    p.add_argument(
+        "--rolling-update-uid",
+        default=None,
+        help="run as one of two instances during a rolling update: per-instance socket names, "
+        "prepare/unprepare serialized through a file lock",
+    )
+    api = p.add_mutually_exclusive_group()
+    api.add_argument("--kubeconfig", type=Path, default=None, help="kubeconfig (default: $KUBECONFIG)")
+    api.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
+    api.add_argument(
+        "--no-api",
+        action="store_true",
+        help="run without an API server: sockets only, every prepare fails (socket-level tests)",
+    )
+    p.add_argument(
+        "--health-timeout",
+        type=int,
+        default=30,
+        help="health_check_timeout_seconds reported to the kubelet (default: 30)",
+    )
+    p.add_argument("--log-format", choices=logs.FORMATS, default="text")
+    p.add_argument("--log-level", default="INFO")
+    p.set_defaults(handler=_run)
+
+
+def _credentials(args: argparse.Namespace) -> Credentials | None:
+    if args.no_api:
+        return None
+    if args.in_cluster:
+        return credentials_in_cluster()
+    path = args.kubeconfig or (Path(os.environ["KUBECONFIG"]) if os.environ.get("KUBECONFIG") else None)
+    if path is None:
+        raise SystemExit("fakedev plugin: no API server: give --kubeconfig, set KUBECONFIG, or use --in-cluster")
+    return credentials_from_kubeconfig(path)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if not args.node_name:
+        raise SystemExit("fakedev plugin: --node-name is required (or set NODE_NAME)")
+    logs.configure(fmt=args.log_format, level=args.log_level)
+    settings = PluginSettings(
+        profile=args.profile,
+        node_name=args.node_name,
+        schema=Schema(args.schema) if args.schema else None,
+        driver_name=args.driver_name,
+        kubelet_root=args.kubelet_root,
+        cdi_dir=args.cdi_dir,
+        state_dir=args.state_dir,
+        rolling_update_uid=args.rolling_update_uid,
+        credentials=_credentials(args),
+        health_timeout_seconds=args.health_timeout,
+    )
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await run_plugin(settings, stop=stop)
+
+    asyncio.run(main())
+    return 0

@@ -1,0 +1,1 @@
+"""The fake driver's node-side logic: claim validation, device preparation, CDI and metadata, checkpoint, status."""

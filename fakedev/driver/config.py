@@ -1,0 +1,143 @@
+"""Opaque device configuration from DeviceClasses and claims: parsed strictly, merged in precedence order.
+
+Accepted ``apiVersion``s: ours (``resource.fakedev.io/v1alpha1``), NVIDIA's (``resource.nvidia.com/v1beta1``) and the
+example driver's (``gpu.resource.example.com/v1alpha1``), so manifests written for the real drivers work unchanged.
+Unknown kinds, unknown fields and bad values are errors naming the field.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Final
+
+from fakedev.errors import ClaimError
+
+API_VERSIONS: Final = frozenset(
+    {"resource.fakedev.io/v1alpha1", "resource.nvidia.com/v1beta1", "gpu.resource.example.com/v1alpha1"}
+)
+GPU_KINDS: Final = frozenset({"GpuConfig", "MigDeviceConfig", "VfioDeviceConfig"})
+NIC_KINDS: Final = frozenset({"NicConfig"})
+STRATEGIES: Final = frozenset({"TimeSlicing", "SpaceSharing", "MPS"})
+INTERVALS: Final = frozenset({"Default", "Short", "Medium", "Long"})
+_ENV_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_IFNAME: Final = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sharing:
+    strategy: str
+    interval: str = "Default"
+    partition_count: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceConfig:
+    """The effective configuration of one request's devices."""
+
+    sharing: Sharing | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    interface_name: str | None = None
+    mtu: int | None = None
+    addresses: tuple[str, ...] = ()
+
+
+def _fail(path: str, rule: str) -> ClaimError:
+    return ClaimError(f"invalid opaque config: {path}: {rule}")
+
+
+def _only(obj: Mapping[str, Any], *, path: str, allowed: set[str]) -> None:
+    unknown = sorted(set(obj) - allowed)
+    if unknown:
+        raise _fail(f"{path}.{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(allowed))})")
+
+
+def _sharing(obj: Any, *, path: str) -> Sharing:
+    if not isinstance(obj, Mapping):
+        raise _fail(path, "must be an object")
+    _only(obj, path=path, allowed={"strategy", "timeSlicingConfig", "spaceSharingConfig", "mpsConfig"})
+    strategy = obj.get("strategy")
+    if strategy not in STRATEGIES:
+        raise _fail(f"{path}.strategy", f"must be one of {', '.join(sorted(STRATEGIES))}, not {strategy!r}")
+    interval = "Default"
+    if "timeSlicingConfig" in obj:
+        ts = obj["timeSlicingConfig"]
+        if not isinstance(ts, Mapping):
+            raise _fail(f"{path}.timeSlicingConfig", "must be an object")
+        _only(ts, path=f"{path}.timeSlicingConfig", allowed={"interval"})
+        interval = ts.get("interval", "Default")
+        if interval not in INTERVALS:
+            raise _fail(f"{path}.timeSlicingConfig.interval", f"must be one of {', '.join(sorted(INTERVALS))}")
+    count = None
+    for key in ("spaceSharingConfig", "mpsConfig"):
+        if key in obj:
+            ss = obj[key]
+            if not isinstance(ss, Mapping):
+                raise _fail(f"{path}.{key}", "must be an object")
+            _only(ss, path=f"{path}.{key}", allowed={"partitionCount", "defaultActiveThreadPercentage"})
+            count = ss.get("partitionCount")
+            if count is not None and (not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 48):
+                raise _fail(f"{path}.{key}.partitionCount", "must be an integer from 1 to 48")
+    return Sharing(strategy=str(strategy), interval=str(interval), partition_count=count)
+
+
+def _env(obj: Any, *, path: str) -> dict[str, str]:
+    if not isinstance(obj, Mapping):
+        raise _fail(path, "must be an object of strings")
+    env = {}
+    for key, value in obj.items():
+        if not isinstance(key, str) or not _ENV_NAME.match(key):
+            raise _fail(f"{path}.{key}", "is not a valid environment variable name")
+        if not isinstance(value, str):
+            raise _fail(f"{path}.{key}", "must be a string")
+        env[key] = value
+    return env
+
+
+def parse_config(parameters: Mapping[str, Any], *, kinds: frozenset[str], path: str = "parameters") -> DeviceConfig:
+    """One opaque parameters object → a partial DeviceConfig."""
+    api_version, kind = parameters.get("apiVersion"), parameters.get("kind")
+    if api_version not in API_VERSIONS:
+        raise _fail(f"{path}.apiVersion", f"must be one of {', '.join(sorted(API_VERSIONS))}, not {api_version!r}")
+    if kind not in kinds:
+        raise _fail(f"{path}.kind", f"must be one of {', '.join(sorted(kinds))} for this device, not {kind!r}")
+    if kind in NIC_KINDS:
+        _only(parameters, path=path, allowed={"apiVersion", "kind", "interfaceName", "mtu", "addresses", "env"})
+        ifname = parameters.get("interfaceName")
+        if ifname is not None and (not isinstance(ifname, str) or not _IFNAME.match(ifname)):
+            raise _fail(f"{path}.interfaceName", "must be 1-15 characters of letters, digits, '_', '.', '-'")
+        mtu = parameters.get("mtu")
+        if mtu is not None and (not isinstance(mtu, int) or isinstance(mtu, bool) or not 68 <= mtu <= 65535):
+            raise _fail(f"{path}.mtu", "must be an integer from 68 to 65535")
+        addresses = parameters.get("addresses", [])
+        if (
+            not isinstance(addresses, Sequence)
+            or isinstance(addresses, str)
+            or not all(isinstance(a, str) for a in addresses)
+        ):
+            raise _fail(f"{path}.addresses", "must be a list of CIDR strings")
+        return DeviceConfig(
+            interface_name=ifname,
+            mtu=mtu,
+            addresses=tuple(addresses),
+            env=_env(parameters.get("env", {}), path=f"{path}.env"),
+        )
+    _only(parameters, path=path, allowed={"apiVersion", "kind", "sharing", "env"})
+    sharing = _sharing(parameters["sharing"], path=f"{path}.sharing") if "sharing" in parameters else None
+    return DeviceConfig(sharing=sharing, env=_env(parameters.get("env", {}), path=f"{path}.env"))
+
+
+def merge_configs(configs: Sequence[DeviceConfig]) -> DeviceConfig:
+    """Later configs win field by field; environment maps are merged key by key."""
+    result = DeviceConfig()
+    for c in configs:
+        result = replace(
+            result,
+            sharing=c.sharing or result.sharing,
+            env={**result.env, **c.env},
+            interface_name=c.interface_name or result.interface_name,
+            mtu=c.mtu or result.mtu,
+            addresses=c.addresses or result.addresses,
+        )
+    return result

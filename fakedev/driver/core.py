@@ -1,0 +1,51 @@
+"""The asynchronous face of the driver: serializes prepare/unprepare and runs the blocking work off the event loop.
+
+Calls are serialized within the process (an asyncio lock) and across processes (``flock`` on ``serialize.lock``) so
+two instances during a rolling update never prepare at the same time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fakedev.driver.state import ClaimState
+from fakedev.plugin.types import ClaimRef, PrepareResult
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@dataclass(kw_only=True)
+class SerializedDriver:
+    state: ClaimState
+    lock_path: Path
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def _prepare_all(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
+        with _file_lock(self.lock_path):
+            return {c.uid: self.state.prepare(c) for c in claims}
+
+    def _unprepare_all(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
+        with _file_lock(self.lock_path):
+            return {c.uid: self.state.unprepare(c) for c in claims}
+
+    async def prepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]:
+        async with self._lock:
+            return await asyncio.to_thread(self._prepare_all, claims)
+
+    async def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, str]:
+        async with self._lock:
+            return await asyncio.to_thread(self._unprepare_all, claims)

@@ -1,0 +1,304 @@
+"""Prepare and unprepare claims: CDI specs, device-metadata files, claim status, checkpoint.
+
+Crash safety without a two-phase checkpoint: every file a claim gets is named from its UID (CDI specs) or from the
+namespace/name the kubelet passes to unprepare (the metadata directory), so unprepare can remove everything even when
+the plugin died between writing files and recording the claim. The checkpoint is written last, atomically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+import os
+import shutil
+import stat
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import cdi
+from fakedev.driver import cdi_edits, metadata
+from fakedev.driver.checkpoint import Checkpoint, ClaimRecord, DeviceRecord
+from fakedev.driver.claims import AllocatedDevice, ClaimPlan, check_claim_ref, compute_claim_plan, configs_for
+from fakedev.driver.config import GPU_KINDS, NIC_KINDS, DeviceConfig, merge_configs, parse_config
+from fakedev.driver.fsutil import atomic_write
+from fakedev.errors import ClaimError, KubeApiError
+from fakedev.kube import DriverApi
+from fakedev.model.identity import mig_uuid
+from fakedev.model.inventory import MigDevice, NicPf, NicVf, VirtualNic
+from fakedev.plugin.types import ClaimRef, PreparedDevice, PrepareResult
+from fakedev.render.published import PublishedDevice
+
+log = logging.getLogger("fakedev.driver.state")
+
+Lookup = Callable[[str, str], PublishedDevice | None]
+"""(pool, device) → what this node publishes, or None."""
+
+READY_REASON: Final = "DevicePrepared"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StatePaths:
+    """Every directory the driver writes to; all of them are settings (tests use temp roots)."""
+
+    cdi_dir: Path
+    plugin_data_dir: Path
+    dev_root: Path
+    checkpoint: Path
+
+    @property
+    def metadata_root(self) -> Path:
+        return self.plugin_data_dir / metadata.METADATA_DIR_NAME
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def ensure_fake_node(dev_root: Path, relpath: str) -> None:
+    """Create a harmless char device (1:3) standing in for a vendor device node; idempotent."""
+    path = dev_root / relpath
+    if path.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(cdi_edits.SAFE_MAJOR, cdi_edits.SAFE_MINOR))
+
+
+@dataclass(kw_only=True)
+class ClaimState:
+    """The driver's memory of prepared claims, backed by the checkpoint."""
+
+    driver: str
+    node_name: str
+    paths: StatePaths
+    api: DriverApi | None
+    """None when the plugin runs without an API server: claims cannot be read, so every prepare fails clearly."""
+    lookup: Lookup
+    claims: dict[str, ClaimRecord] = field(default_factory=dict)
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        return Checkpoint(path=self.paths.checkpoint)
+
+    def load(self) -> None:
+        """Rebuild state from the checkpoint (a corrupt one raises CheckpointError: the plugin must not start)."""
+        self.claims = self.checkpoint.load()
+        for directory in (self.paths.cdi_dir, self.paths.metadata_root, self.paths.dev_root):
+            directory.mkdir(parents=True, exist_ok=True)
+
+    # -- prepare -------------------------------------------------------------------------------------------------
+
+    def prepare(self, ref: ClaimRef) -> PrepareResult:
+        try:
+            return PrepareResult(devices=self._prepare(ref))
+        except ClaimError as exc:
+            log.warning("prepare failed", extra={"fields": {"claim": ref.uid, "error": str(exc)}})
+            return PrepareResult(error=str(exc))
+        except KubeApiError as exc:
+            return PrepareResult(error=f"cannot read or update claim {ref.namespace}/{ref.name}: {exc}")
+
+    def _prepare(self, ref: ClaimRef) -> tuple[PreparedDevice, ...]:
+        check_claim_ref(uid=ref.uid, namespace=ref.namespace, name=ref.name)
+        known = self.claims.get(ref.uid)
+        if known is not None and self._files_present(known):
+            return tuple(_prepared(d) for d in known["devices"])
+        if self.api is None:
+            raise ClaimError(f"no API server configured; cannot read claim {ref.namespace}/{ref.name}")
+        claim = self.api.get_claim(namespace=ref.namespace, name=ref.name)
+        plan = compute_claim_plan(claim, uid=ref.uid, driver=self.driver, node_name=self.node_name)
+        published = [self._published(d) for d in plan.devices]
+        configs = {d.request: self._config(plan, d, p) for d, p in zip(plan.devices, published, strict=True)}
+        record = self._write(
+            plan=plan,
+            published=published,
+            configs=configs,
+            generation=(known["metadataGeneration"] if known else 0) + 1,
+        )
+        self.api.apply_claim_status(
+            namespace=plan.namespace,
+            name=plan.name,
+            uid=plan.uid,
+            devices=[_status_entry(self.driver, d) for d in plan.devices],
+        )
+        record["statusApplied"] = True
+        self.claims[ref.uid] = record
+        self.checkpoint.save(self.claims)
+        return tuple(_prepared(d) for d in record["devices"])
+
+    def _published(self, device: AllocatedDevice) -> PublishedDevice:
+        found = self.lookup(device.pool, device.device)
+        if found is None:
+            raise ClaimError(
+                f"device {device.device} of pool {device.pool} (request {device.request}) is not published by "
+                f"driver {self.driver} on node {self.node_name}"
+            )
+        return found
+
+    @staticmethod
+    def _config(plan: ClaimPlan, device: AllocatedDevice, published: PublishedDevice) -> DeviceConfig:
+        kinds = NIC_KINDS if isinstance(published.model, (NicPf, NicVf, VirtualNic)) else GPU_KINDS
+        return merge_configs(
+            [
+                parse_config(p, kinds=kinds, path=f"config[{i}].opaque.parameters")
+                for i, p in enumerate(configs_for(plan, device.request))
+            ]
+        )
+
+    def _write(
+        self,
+        *,
+        plan: ClaimPlan,
+        published: Sequence[PublishedDevice],
+        configs: Mapping[str, DeviceConfig],
+        generation: int,
+    ) -> ClaimRecord:
+        identity = metadata.ClaimIdentity(
+            namespace=plan.namespace, name=plan.name, uid=plan.uid, pod_claim_name=plan.pod_claim_name
+        )
+        mig_uuids = {
+            d.device: mig_uuid(node=self.node_name, key=f"{d.pool}/{d.device}/{plan.uid}")
+            for d, p in zip(plan.devices, published, strict=True)
+            if isinstance(p.model, MigDevice) and p.model.uuid is None
+        }
+        visible = [
+            mig_uuids.get(d.device) or str(getattr(p.model, "uuid", "") or "")
+            for d, p in zip(plan.devices, published, strict=True)
+        ]
+        visible = [u for u in visible if u]
+        cdi_devices: list[tuple[str, cdi.ContainerEdits]] = []
+        records: list[DeviceRecord] = []
+        metadata_devices: dict[str, list[metadata.MetadataDevice]] = {}
+        for d, p in zip(plan.devices, published, strict=True):
+            for node in cdi_edits.device_nodes(p.model):
+                ensure_fake_node(self.paths.dev_root, node.host_relpath)
+            edits = cdi_edits.render_device_edits(
+                model=p.model,
+                device=d.device,
+                config=configs[d.request],
+                visible_uuids=visible,
+                dev_root=self.paths.dev_root,
+                mig_uuid=mig_uuids.get(d.device),
+            )
+            name = cdi_edits.claim_device_name(claim_uid=plan.uid, device=d.device)
+            cdi_devices.append((name, edits))
+            top = metadata.top_level_request(d.request)
+            records.append(
+                {
+                    "requestNames": [top],
+                    "pool": d.pool,
+                    "device": d.device,
+                    "cdiDeviceIDs": [cdi.render_qualified_name(kind=cdi_edits.claim_kind(self.driver), device=name)],
+                    "shareID": d.share_id,
+                }
+            )
+            attributes: dict[str, Any] = {k: dict(v) for k, v in p.attributes.items()}
+            metadata_devices.setdefault(d.request, []).append(
+                {"driver": self.driver, "pool": d.pool, "name": d.device, "attributes": attributes}
+            )
+        spec_files = [cdi_edits.claim_spec_file(driver=self.driver, claim_uid=plan.uid)]
+        cdi.write_spec(
+            spec=cdi_edits.render_claim_spec(driver=self.driver, devices=cdi_devices),
+            cdi_dir=self.paths.cdi_dir,
+            file_name=spec_files[0],
+        )
+        claim_dir = self.paths.metadata_root / metadata.host_claim_dir_name(identity)
+        first_of_request: set[str] = set()
+        for top, requests in metadata.group_by_request(metadata_devices).items():
+            host_file = claim_dir / top / metadata.HOST_FILE_NAME
+            atomic_write(
+                host_file, metadata.render_metadata_stream(claim=identity, generation=generation, requests=requests)
+            )
+            spec_file = metadata.metadata_spec_file(driver=self.driver, claim_uid=plan.uid, request=top)
+            cdi.write_spec(
+                spec=metadata.render_metadata_spec(
+                    driver=self.driver, claim=identity, request=top, host_file=str(host_file)
+                ),
+                cdi_dir=self.paths.cdi_dir,
+                file_name=spec_file,
+            )
+            spec_files.append(spec_file)
+            # The metadata device rides on the first device of its request (contract §4).
+            first = next(r for r in records if r["requestNames"][0] == top and top not in first_of_request)
+            first_of_request.add(top)
+            first["cdiDeviceIDs"].append(
+                cdi.render_qualified_name(
+                    kind=metadata.metadata_kind(self.driver),
+                    device=metadata.metadata_device_name(claim_uid=plan.uid, request=top),
+                )
+            )
+        return {
+            "uid": plan.uid,
+            "namespace": plan.namespace,
+            "name": plan.name,
+            "state": "PrepareCompleted",
+            "devices": records,
+            "cdiSpecFiles": spec_files,
+            "metadataDir": claim_dir.name,
+            "metadataGeneration": generation,
+            "statusApplied": False,
+        }
+
+    def _files_present(self, record: ClaimRecord) -> bool:
+        """A node reboot wipes the CDI dir (volatile); then the claim is prepared again from scratch."""
+        return all((self.paths.cdi_dir / f).exists() for f in record["cdiSpecFiles"])
+
+    # -- unprepare -----------------------------------------------------------------------------------------------
+
+    def unprepare(self, ref: ClaimRef) -> str:
+        """Remove everything of a claim; an unknown claim is success. Returns an error message or ""."""
+        try:
+            check_claim_ref(uid=ref.uid, namespace=ref.namespace, name=ref.name)
+        except ClaimError as exc:
+            return str(exc)
+        record = self.claims.get(ref.uid)
+        cdi.remove_spec(
+            cdi_dir=self.paths.cdi_dir, file_name=cdi_edits.claim_spec_file(driver=self.driver, claim_uid=ref.uid)
+        )
+        cdi.remove_specs_with_prefix(
+            cdi_dir=self.paths.cdi_dir, prefix=metadata.metadata_spec_prefix(driver=self.driver, claim_uid=ref.uid)
+        )
+        dir_name = record["metadataDir"] if record else f"{ref.namespace}_{ref.name}"
+        shutil.rmtree(self.paths.metadata_root / dir_name, ignore_errors=True)
+        try:
+            if self.api is not None:
+                self.api.apply_claim_status(namespace=ref.namespace, name=ref.name, uid=ref.uid, devices=[])
+        except KubeApiError as exc:
+            # Gone, re-created or unreachable: deallocation clears status.devices anyway, so this is not fatal.
+            log.info("claim status not cleared", extra={"fields": {"claim": ref.uid, "reason": str(exc)}})
+        if record is not None:
+            del self.claims[ref.uid]
+            self.checkpoint.save(self.claims)
+        return ""
+
+
+def _prepared(record: DeviceRecord) -> PreparedDevice:
+    return PreparedDevice(
+        request_names=tuple(record["requestNames"]),
+        pool=record["pool"],
+        device=record["device"],
+        cdi_device_ids=tuple(record["cdiDeviceIDs"]),
+        share_id=record["shareID"],
+    )
+
+
+def _status_entry(driver: str, device: AllocatedDevice) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "driver": driver,
+        "pool": device.pool,
+        "device": device.device,
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": READY_REASON,
+                "lastTransitionTime": _now(),
+                "message": "prepared by fakedev",
+            }
+        ],
+    }
+    if device.share_id is not None:
+        entry["shareID"] = device.share_id
+    return entry

@@ -1,0 +1,220 @@
+"""The kubelet plugin process: device model → slices, claim state, health, gRPC servers, in one event loop.
+
+Start-up order: checkpoint (a corrupt one stops us before anything is served), then the DRA socket, then the
+registration socket; slices are published in the background and retried while the API server is unreachable, so a
+plugin restarted during an API outage still serves the kubelet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from fakedev.driver.core import SerializedDriver
+from fakedev.driver.state import ClaimState, StatePaths
+from fakedev.errors import FakedevError, KubeApiError, ProfileError
+from fakedev.kube import DriverApi
+from fakedev.model.inventory import NodeInventory, resolve_inventory
+from fakedev.plugin.health import HealthBoard
+from fakedev.plugin.paths import PluginPaths
+from fakedev.plugin.server import PluginServer
+from fakedev.plugin.types import Health
+from fakedev.profiles import load_profile
+from fakedev.publisher import SlicePublisher
+from fakedev.render import DeviceRef, PublishedDevice, RenderedNode, Schema, default_schemas, render_node
+from fakedev.render.types import DeviceTaint
+from kubeclient import Credentials, JsonObj, KubeClient
+
+log = logging.getLogger("fakedev.plugin.app")
+
+DEFAULT_KUBELET_ROOT: Final = Path("/var/lib/kubelet")
+DEFAULT_CDI_DIR: Final = Path("/var/run/cdi")
+PUBLISH_RETRY_MAX: Final = 10.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class PluginSettings:
+    profile: str
+    node_name: str
+    schema: Schema | None = None
+    driver_name: str | None = None
+    kubelet_root: Path = DEFAULT_KUBELET_ROOT
+    cdi_dir: Path = DEFAULT_CDI_DIR
+    state_dir: Path | None = None
+    """Checkpoint and fake /dev; default: the plugin's data dir ``<kubelet root>/plugins/<driver>``."""
+    rolling_update_uid: str | None = None
+    credentials: Credentials | None = None
+    """None: run without an API server (no slices, no claim reads) — only useful for socket-level tests."""
+    health_timeout_seconds: int = 30
+    publish: bool = True
+
+
+def choose_schema(inventory: NodeInventory, *, requested: Schema | None, profile: str) -> Schema:
+    present = default_schemas(inventory)
+    if requested is not None:
+        if requested not in present:
+            raise ProfileError(
+                f"{profile}: schema: the profile has no devices for the {requested.value} schema "
+                f"(it has: {', '.join(s.value for s in present) or 'none'})"
+            )
+        return requested
+    if len(present) != 1:
+        raise ProfileError(
+            f"{profile}: schema: the profile has devices for {', '.join(s.value for s in present)}; "
+            "choose one with --schema (one plugin serves one driver)"
+        )
+    return present[0]
+
+
+@dataclass(kw_only=True)
+class PluginApp:
+    settings: PluginSettings
+    schema: Schema = Schema.EXAMPLE
+    inventory: NodeInventory | None = None
+    rendered: RenderedNode | None = None
+    health: HealthBoard = field(default_factory=HealthBoard)
+    taints: dict[DeviceRef, list[DeviceTaint]] = field(default_factory=dict)
+    server: PluginServer | None = None
+    publisher: SlicePublisher | None = None
+    _republish: asyncio.Event = field(default_factory=asyncio.Event)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    ready_at: float | None = None
+
+    @property
+    def driver(self) -> str:
+        return self.settings.driver_name or self.schema.driver
+
+    @property
+    def paths(self) -> PluginPaths:
+        return PluginPaths(
+            kubelet_root=self.settings.kubelet_root,
+            driver=self.driver,
+            rolling_update_uid=self.settings.rolling_update_uid,
+        )
+
+    def _render(self, generation: int, owner: JsonObj | None) -> list[JsonObj]:
+        assert self.inventory is not None
+        taints = {DeviceRef(driver=self.schema.driver, pool=r.pool, device=r.device): t for r, t in self.taints.items()}
+        rendered = render_node(
+            self.inventory,
+            schemas=[self.schema],
+            generation=generation,
+            owner=owner,  # type: ignore[arg-type]
+            taints=taints,
+        )
+        slices: list[JsonObj] = []
+        for s in rendered.slices:
+            body: JsonObj = dict(s)
+            if self.driver != self.schema.driver:
+                body = {**body, "spec": {**body["spec"], "driver": self.driver}}
+            slices.append(body)
+        return slices
+
+    def lookup(self, pool: str, device: str) -> PublishedDevice | None:
+        assert self.rendered is not None
+        return self.rendered.devices.get(DeviceRef(driver=self.schema.driver, pool=pool, device=device))
+
+    def device_refs(self) -> list[DeviceRef]:
+        assert self.rendered is not None
+        return [DeviceRef(driver=self.driver, pool=r.pool, device=r.device) for r in sorted(self.rendered.devices)]
+
+    async def start(self) -> None:
+        started = time.monotonic()
+        s = self.settings
+        self.inventory = resolve_inventory(load_profile(s.profile), node_name=s.node_name)
+        self.schema = choose_schema(self.inventory, requested=s.schema, profile=s.profile)
+        self.rendered = render_node(self.inventory, schemas=[self.schema])
+        self.health = HealthBoard(timeout_seconds=s.health_timeout_seconds)
+        self.health.set_devices((r.pool, r.device) for r in self.device_refs())
+        client = KubeClient(s.credentials, field_manager=f"fakedev/{self.driver}") if s.credentials else None
+        api = DriverApi(client=client, driver=self.driver, node_name=s.node_name) if client else None
+        data_dir = s.state_dir or self.paths.plugin_dir
+        state = ClaimState(
+            driver=self.driver,
+            node_name=s.node_name,
+            paths=StatePaths(
+                cdi_dir=s.cdi_dir,
+                plugin_data_dir=self.paths.plugin_dir,
+                dev_root=data_dir / "dev",
+                checkpoint=data_dir / "checkpoint.json",
+            ),
+            api=api,
+            lookup=self.lookup,
+        )
+        state.load()
+        core = SerializedDriver(state=state, lock_path=self.paths.serialize_lock)
+        self.server = PluginServer(paths=self.paths, core=core, health=self.health)
+        await self.server.start()
+        self.ready_at = time.monotonic() - started
+        log.info(
+            "plugin ready",
+            extra={
+                "fields": {
+                    "driver": self.driver,
+                    "node": s.node_name,
+                    "devices": len(self.rendered.devices),
+                    "seconds": round(self.ready_at, 3),
+                }
+            },
+        )
+        if api is not None and s.publish:
+            self.publisher = SlicePublisher(api=api, render=self._render)
+            self._republish.set()
+            self._tasks.append(asyncio.create_task(self._publish_loop(), name="publish"))
+
+    async def _publish_loop(self) -> None:
+        assert self.publisher is not None
+        delay = 0.2
+        while True:
+            await self._republish.wait()
+            self._republish.clear()
+            try:
+                await asyncio.to_thread(self.publisher.sync)
+                delay = 0.2
+            except KubeApiError as exc:
+                log.warning(
+                    "publishing slices failed; retrying", extra={"fields": {"error": str(exc), "retry_s": delay}}
+                )
+                await asyncio.sleep(delay)  # backoff between attempts against an unreachable API server
+                delay = min(delay * 2, PUBLISH_RETRY_MAX)
+                self._republish.set()
+
+    def request_republish(self) -> None:
+        self._republish.set()
+
+    def set_health(self, *, device: str, health: Health, message: str = "", taint: DeviceTaint | None = None) -> None:
+        """Change a device's health (and optionally its slice taint); the kubelet and the API hear of it."""
+        ref = next((r for r in self.device_refs() if r.device == device), None)
+        if ref is None:
+            raise FakedevError(f"device {device!r} is not published by {self.driver} on {self.settings.node_name}")
+        self.health.set_health(pool=ref.pool, device=device, health=health, message=message)
+        key = DeviceRef(driver=self.driver, pool=ref.pool, device=device)
+        if taint is not None:
+            self.taints[key] = [taint]
+        elif health == Health.HEALTHY:
+            self.taints.pop(key, None)
+        self.request_republish()
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.server is not None:
+            await self.server.stop()
+
+
+async def run_plugin(settings: PluginSettings, *, stop: asyncio.Event) -> None:
+    """Run until ``stop`` is set (the CLI sets it on SIGTERM/SIGINT)."""
+    app = PluginApp(settings=settings)
+    await app.start()
+    try:
+        await stop.wait()
+    finally:
+        await app.stop()

@@ -1,0 +1,49 @@
+"""Where the plugin's sockets and files live below the kubelet root (every path is a setting)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from fakedev.errors import FakedevError
+
+UNIX_PATH_MAX: Final = 107  # sun_path is 108 bytes including the terminating NUL
+
+
+@dataclass(frozen=True, kw_only=True)
+class PluginPaths:
+    kubelet_root: Path
+    driver: str
+    rolling_update_uid: str | None = None
+
+    @property
+    def plugin_dir(self) -> Path:
+        return self.kubelet_root / "plugins" / self.driver
+
+    @property
+    def registry_dir(self) -> Path:
+        return self.kubelet_root / "plugins_registry"
+
+    @property
+    def dra_socket(self) -> Path:
+        name = f"dra-{self.rolling_update_uid}.sock" if self.rolling_update_uid else "dra.sock"
+        return self.plugin_dir / name
+
+    @property
+    def registration_socket(self) -> Path:
+        uid = f"-{self.rolling_update_uid}" if self.rolling_update_uid else ""
+        return self.registry_dir / f"{self.driver}{uid}-reg.sock"
+
+    @property
+    def serialize_lock(self) -> Path:
+        return self.plugin_dir / "serialize.lock"
+
+    def check(self) -> None:
+        """Refuse socket paths the kernel would truncate."""
+        for sock in (self.dra_socket, self.registration_socket):
+            if len(str(sock).encode()) > UNIX_PATH_MAX:
+                raise FakedevError(
+                    f"socket path {sock} is {len(str(sock).encode())} bytes; Unix sockets allow {UNIX_PATH_MAX}. "
+                    "Use a shorter --kubelet-root."
+                )

@@ -1,0 +1,56 @@
+"""The pluginregistration service the kubelet's plugin watcher calls on our registration socket."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from grpc import aio
+
+from kubeletapi import DRA_PLUGIN_TYPE
+from kubeletapi import pluginregistration_v1_pb2 as reg_pb
+from kubeletapi import pluginregistration_v1_pb2_grpc as reg_grpc
+
+log = logging.getLogger("fakedev.plugin.registration")
+
+
+@dataclass(kw_only=True)
+class RegistrationState:
+    """What the kubelet told us about our registration; a failure is logged and the plugin keeps serving."""
+
+    registered: bool = False
+    error: str = ""
+    notifications: int = 0
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class RegistrationServicer(reg_grpc.RegistrationServicer):
+    def __init__(self, *, driver: str, endpoint: str, versions: Sequence[str], state: RegistrationState) -> None:
+        self._info = reg_pb.PluginInfo(
+            type=DRA_PLUGIN_TYPE, name=driver, endpoint=endpoint, supported_versions=list(versions)
+        )
+        self._state = state
+
+    async def GetInfo(
+        self, request: reg_pb.InfoRequest, context: aio.ServicerContext[object, object]
+    ) -> reg_pb.PluginInfo:
+        log.info("GetInfo", extra={"fields": {"endpoint": self._info.endpoint}})
+        return self._info
+
+    async def NotifyRegistrationStatus(
+        self, request: reg_pb.RegistrationStatus, context: aio.ServicerContext[object, object]
+    ) -> reg_pb.RegistrationStatusResponse:
+        self._state.registered = request.plugin_registered
+        self._state.error = request.error
+        self._state.notifications += 1
+        self._state.changed.set()
+        if request.plugin_registered:
+            log.info("registered with the kubelet", extra={"fields": {"driver": self._info.name}})
+        else:
+            log.error(
+                "the kubelet refused the registration; still serving",
+                extra={"fields": {"driver": self._info.name, "error": request.error}},
+            )
+        return reg_pb.RegistrationStatusResponse()

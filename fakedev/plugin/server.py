@@ -1,0 +1,94 @@
+"""Serve the plugin: DRA + health on the DRA socket first, then registration on the registry socket.
+
+Serving DRA before registering means the kubelet never learns of an endpoint that cannot answer yet. Sockets are
+0600 in 0750 directories; a stale socket from a previous run is replaced; sockets are removed on stop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grpc import aio
+
+from fakedev.errors import FakedevError
+from fakedev.plugin.dra import DraV1beta1Servicer, DraV1Servicer
+from fakedev.plugin.health import HealthBoard, HealthV1alpha1Servicer, HealthV1Servicer
+from fakedev.plugin.paths import PluginPaths
+from fakedev.plugin.registration import RegistrationServicer, RegistrationState
+from fakedev.plugin.types import DriverCore
+from kubeletapi import (
+    SUPPORTED_VERSIONS,
+    dra_v1_pb2_grpc,
+    dra_v1beta1_pb2_grpc,
+    health_v1_pb2_grpc,
+    health_v1alpha1_pb2_grpc,
+)
+from kubeletapi import pluginregistration_v1_pb2_grpc as reg_grpc
+
+log = logging.getLogger("fakedev.plugin.server")
+
+
+def _prepare_socket_path(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+    path.parent.chmod(0o750)
+    if path.is_socket() or path.exists():
+        if not path.is_socket():
+            raise FakedevError(f"{path} exists and is not a socket; refusing to replace it")
+        path.unlink()  # stale socket of a previous instance
+
+
+@dataclass(kw_only=True)
+class PluginServer:
+    paths: PluginPaths
+    core: DriverCore
+    health: HealthBoard
+    versions: Sequence[str] = SUPPORTED_VERSIONS
+    registration: RegistrationState = field(default_factory=RegistrationState)
+    _dra: aio.Server | None = None
+    _reg: aio.Server | None = None
+
+    async def start(self) -> None:
+        self.paths.check()
+        dra_sock, reg_sock = self.paths.dra_socket, self.paths.registration_socket
+        _prepare_socket_path(dra_sock)
+        self._dra = aio.server()
+        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1Servicer(core=self.core), self._dra)
+        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1beta1Servicer(core=self.core), self._dra)
+        health_v1_pb2_grpc.add_DRAResourceHealthServicer_to_server(HealthV1Servicer(board=self.health), self._dra)
+        health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(
+            HealthV1alpha1Servicer(board=self.health), self._dra
+        )
+        self._bind(self._dra, dra_sock)
+        await self._dra.start()
+        dra_sock.chmod(0o600)
+
+        _prepare_socket_path(reg_sock)
+        self._reg = aio.server()
+        reg_grpc.add_RegistrationServicer_to_server(
+            RegistrationServicer(
+                driver=self.paths.driver, endpoint=str(dra_sock), versions=self.versions, state=self.registration
+            ),
+            self._reg,
+        )
+        self._bind(self._reg, reg_sock)
+        await self._reg.start()
+        reg_sock.chmod(0o600)
+        log.info("serving", extra={"fields": {"dra": str(dra_sock), "registration": str(reg_sock)}})
+
+    @staticmethod
+    def _bind(server: aio.Server, path: Path) -> None:
+        if server.add_insecure_port(f"unix://{path}") == 0:
+            raise FakedevError(f"cannot listen on {path}")
+
+    async def stop(self, *, grace: float = 1.0) -> None:
+        # Registration goes first so the kubelet stops routing new calls before the DRA socket closes.
+        for server, sock in ((self._reg, self.paths.registration_socket), (self._dra, self.paths.dra_socket)):
+            if server is not None:
+                await server.stop(grace)
+            with contextlib.suppress(FileNotFoundError):
+                sock.unlink()
+        self._reg = self._dra = None
