@@ -16,6 +16,14 @@ from kubeclient import ApiError, JsonObj, KubeClient
 from kubeclient.resources import NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
 
 NOT_FOUND: Final = 404
+CONFLICT: Final = 409
+UNPROCESSABLE: Final = 422
+CONFLICT_RETRIES: Final = 5
+
+
+def _error(what: str, exc: ApiError) -> KubeApiError:
+    cls = RetryableKubeError if exc.retryable else KubeApiError
+    return cls(f"{what}: {exc}", status=exc.status)
 
 
 @contextlib.contextmanager
@@ -23,8 +31,7 @@ def _translated(what: str) -> Iterator[None]:
     try:
         yield
     except ApiError as exc:
-        cls = RetryableKubeError if exc.retryable else KubeApiError
-        raise cls(f"{what}: {exc}", status=exc.status) from exc
+        raise _error(what, exc) from exc
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,17 +49,46 @@ class DriverApi:
             return self.client.get(RESOURCE_CLAIMS, name, namespace=namespace)
 
     def apply_claim_status(self, *, namespace: str, name: str, uid: str, devices: Sequence[JsonObj]) -> None:
-        """Own exactly ``devices`` in ``status.devices`` (server-side apply; an empty list drops our entries)."""
+        """Own exactly ``devices`` in ``status.devices`` (server-side apply; an empty list drops our entries).
+
+        kube-apiserver v1.37.2 rejects this apply with 422 "status.allocation: ... field cannot be modified once set"
+        when the allocation carries opaque config; then the entries are written by read-modify-write instead, which
+        touches only this driver's entries and retries on conflicts.
+        """
         body: dict[str, Any] = {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceClaim",
             "metadata": {"name": name, "namespace": namespace, "uid": uid},
             "status": {"devices": list(devices)},
         }
-        with _translated(f"apply status of resourceclaim {namespace}/{name}"):
+        try:
             self.client.apply(
                 RESOURCE_CLAIMS, body, namespace=namespace, subresource="status", field_manager=self.field_manager
             )
+            return
+        except ApiError as exc:
+            if not (exc.status == UNPROCESSABLE and "status.allocation" in str(exc)):
+                raise _error(f"apply status of resourceclaim {namespace}/{name}", exc) from exc
+        self._update_claim_status(namespace=namespace, name=name, uid=uid, devices=devices)
+
+    def _update_claim_status(self, *, namespace: str, name: str, uid: str, devices: Sequence[JsonObj]) -> None:
+        what = f"update status of resourceclaim {namespace}/{name}"
+        for _ in range(CONFLICT_RETRIES):
+            try:
+                claim = self.client.get(RESOURCE_CLAIMS, name, namespace=namespace)
+                if claim["metadata"]["uid"] != uid:
+                    raise KubeApiError(f"{what}: the claim was re-created (uid {claim['metadata']['uid']})", status=409)
+                status = claim.setdefault("status", {})
+                others = [d for d in status.get("devices") or [] if d.get("driver") != self.driver]
+                status["devices"] = others + list(devices)
+                if not status["devices"]:
+                    del status["devices"]
+                self.client.replace(RESOURCE_CLAIMS, claim, namespace=namespace, subresource="status")
+                return
+            except ApiError as exc:
+                if exc.status != CONFLICT:
+                    raise _error(what, exc) from exc
+        raise RetryableKubeError(f"{what}: still conflicting after {CONFLICT_RETRIES} attempts", status=CONFLICT)
 
     def node_owner(self) -> JsonObj | None:
         """An owner reference to our Node, so slices go away with it; None when the Node does not exist."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fakedev.driver.state import ClaimState
-from fakedev.plugin.types import ClaimRef, PrepareResult
+from kubeletapi.types import ClaimRef, PrepareResult
 
 
 @contextlib.contextmanager

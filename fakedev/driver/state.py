@@ -28,8 +28,8 @@ from fakedev.errors import ClaimError, KubeApiError
 from fakedev.kube import DriverApi
 from fakedev.model.identity import mig_uuid
 from fakedev.model.inventory import MigDevice, NicPf, NicVf, VirtualNic
-from fakedev.plugin.types import ClaimRef, PreparedDevice, PrepareResult
 from fakedev.render.published import PublishedDevice
+from kubeletapi.types import ClaimRef, PreparedDevice, PrepareResult
 
 log = logging.getLogger("fakedev.driver.state")
 

@@ -23,12 +23,12 @@ from fakedev.model.inventory import NodeInventory, resolve_inventory
 from fakedev.plugin.health import HealthBoard
 from fakedev.plugin.paths import PluginPaths
 from fakedev.plugin.server import PluginServer
-from fakedev.plugin.types import Health
 from fakedev.profiles import load_profile
 from fakedev.publisher import SlicePublisher
 from fakedev.render import DeviceRef, PublishedDevice, RenderedNode, Schema, default_schemas, render_node
 from fakedev.render.types import DeviceTaint
 from kubeclient import Credentials, JsonObj, KubeClient
+from kubeletapi.types import Health
 
 log = logging.getLogger("fakedev.plugin.app")
 

@@ -14,11 +14,12 @@ from typing import Final, Protocol
 import grpc
 from grpc import aio
 
-from fakedev.plugin.types import ClaimRef, DriverCore, PrepareResult
+from fakedev.plugin.types import DriverCore
 from kubeletapi import dra_v1_pb2 as v1
 from kubeletapi import dra_v1_pb2_grpc as v1_grpc
 from kubeletapi import dra_v1beta1_pb2 as v1beta1
 from kubeletapi import dra_v1beta1_pb2_grpc as v1beta1_grpc
+from kubeletapi.types import ClaimRef, PrepareResult
 
 log = logging.getLogger("fakedev.plugin.dra")
 

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field, replace
 
 from grpc import aio
 
-from fakedev.plugin.types import DeviceHealth, Health
 from kubeletapi import health_v1_pb2 as h1
 from kubeletapi import health_v1_pb2_grpc as h1_grpc
 from kubeletapi import health_v1alpha1_pb2 as h1a1
 from kubeletapi import health_v1alpha1_pb2_grpc as h1a1_grpc
+from kubeletapi.types import DeviceHealth, Health
 
 log = logging.getLogger("fakedev.plugin.health")
 

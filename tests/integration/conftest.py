@@ -1,0 +1,196 @@
+"""Fixtures for tests that run the fake plugin as a process against the worker's control plane."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from harness.cluster.local import LocalCluster
+from harness.cluster.nodes import NodeHeartbeats, delete_node, register_node
+from harness.procs import wait_for
+from kubeclient import KubeClient
+from kubeclient.resources import DEVICE_CLASSES, RESOURCE_SLICES
+
+FAKEDEV = Path(sys.executable).parent / "fakedev"
+
+
+@dataclass(kw_only=True)
+class PluginProcess:
+    """A `fakedev plugin` process with private kubelet root, CDI dir and log."""
+
+    node: str
+    driver: str
+    root: Path
+    cdi_dir: Path
+    log_path: Path
+    argv: list[str]
+    rolling_update_uid: str | None = None
+    popen: subprocess.Popen[bytes] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def kubelet_root(self) -> Path:
+        return self.root / "kubelet"
+
+    @property
+    def plugin_dir(self) -> Path:
+        return self.kubelet_root / "plugins" / self.driver
+
+    @property
+    def registration_socket(self) -> Path:
+        uid = f"-{self.rolling_update_uid}" if self.rolling_update_uid else ""
+        return self.kubelet_root / "plugins_registry" / f"{self.driver}{uid}-reg.sock"
+
+    @property
+    def dra_socket(self) -> Path:
+        name = f"dra-{self.rolling_update_uid}.sock" if self.rolling_update_uid else "dra.sock"
+        return self.plugin_dir / name
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.plugin_dir / "checkpoint.json"
+
+    def _starts(self) -> int:
+        return self.log().count("plugin ready") if self.log_path.exists() else 0
+
+    def start(self) -> None:
+        # A killed predecessor leaves its socket behind, so wait for this process to say it serves.
+        before = self._starts()
+        with self.log_path.open("ab") as log:
+            # The parent-death signal keeps a crashed test run from leaving plugins behind.
+            self.popen = subprocess.Popen(
+                ["setpriv", "--pdeathsig", "KILL", "--", *self.argv],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **self.env},
+            )
+        wait_for(
+            lambda: self._starts() > before,
+            timeout=20,
+            what=f"{self.registration_socket}",
+            abort=lambda: None if self.alive() else AssertionError(f"plugin exited:\n{self.log()}"),
+        )
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        assert self.popen is not None
+        self.popen.send_signal(sig)
+        if sig in (signal.SIGKILL, signal.SIGTERM):
+            self.popen.wait(timeout=20)
+
+    def stop(self) -> None:
+        if self.alive():
+            self.kill(signal.SIGTERM)
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A temp dir with a short path: Unix socket paths must stay under 108 bytes."""
+    path = Path(tempfile.mkdtemp(prefix="fd-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def plugin_factory(local_cluster: LocalCluster, short_tmp: Path) -> Iterator[Callable[..., PluginProcess]]:
+    started: list[PluginProcess] = []
+
+    def make(
+        *,
+        node: str,
+        profile: str = "seed-example",
+        driver: str = "gpu.example.com",
+        schema: str | None = None,
+        rolling_update_uid: str | None = None,
+        extra: tuple[str, ...] = (),
+        start: bool = True,
+        root: Path | None = None,
+    ) -> PluginProcess:
+        base = root or short_tmp / f"p{len(started)}"
+        base.mkdir(parents=True, exist_ok=True)
+        argv = [
+            str(FAKEDEV),
+            "plugin",
+            "--profile",
+            profile,
+            "--node-name",
+            node,
+            "--kubelet-root",
+            str(base / "kubelet"),
+            "--cdi-dir",
+            str(base / "cdi"),
+            "--kubeconfig",
+            str(local_cluster.kubeconfig),
+        ]
+        if schema:
+            argv += ["--schema", schema]
+        if rolling_update_uid:
+            argv += ["--rolling-update-uid", rolling_update_uid]
+        argv += list(extra)
+        proc = PluginProcess(
+            node=node,
+            driver=driver,
+            root=base,
+            cdi_dir=base / "cdi",
+            log_path=base / "plugin.log",
+            argv=argv,
+            rolling_update_uid=rolling_update_uid,
+        )
+        started.append(proc)
+        if start:
+            proc.start()
+        return proc
+
+    yield make
+    for proc in started:
+        proc.stop()
+
+
+@pytest.fixture
+def emulated_node(kube: KubeClient, unique_name: str, node_heartbeats: NodeHeartbeats) -> Iterator[str]:
+    """A registered, Ready emulated Node; its slices and the Node are removed afterwards."""
+    register_node(kube, name=unique_name)
+    node_heartbeats.add(unique_name)
+    yield unique_name
+    node_heartbeats.discard(unique_name)
+    for s in kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={unique_name}"):
+        kube.delete(RESOURCE_SLICES, s["metadata"]["name"])
+    delete_node(kube, name=unique_name)
+
+
+@pytest.fixture
+def device_class(kube: KubeClient, unique_name: str) -> Iterator[Callable[..., str]]:
+    created: list[str] = []
+
+    def make(*, driver: str = "gpu.example.com", expression: str | None = None, suffix: str = "") -> str:
+        name = f"{unique_name}{suffix}"
+        cel = expression or f'device.driver == "{driver}"'
+        kube.create(
+            DEVICE_CLASSES,
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceClass",
+                "metadata": {"name": name},
+                "spec": {"selectors": [{"cel": {"expression": cel}}]},
+            },
+        )
+        created.append(name)
+        return name
+
+    yield make
+    for name in created:
+        kube.delete(DEVICE_CLASSES, name)
