@@ -143,13 +143,13 @@ class Registration(pluginregistration_v1_pb2_grpc.RegistrationServicer):
     def __init__(self, *, received: Received) -> None:
         self.received = received
 
-    def GetInfo(  # noqa: N802
+    def GetInfo(
         self, request: pluginregistration_v1_pb2.InfoRequest, context: grpc.ServicerContext
     ) -> pluginregistration_v1_pb2.PluginInfo:
         self.received.add(request)
         return PLUGIN_INFO
 
-    def NotifyRegistrationStatus(  # noqa: N802
+    def NotifyRegistrationStatus(
         self, request: pluginregistration_v1_pb2.RegistrationStatus, context: grpc.ServicerContext
     ) -> pluginregistration_v1_pb2.RegistrationStatusResponse:
         self.received.add(request)
@@ -160,13 +160,13 @@ class DraV1(dra_v1_pb2_grpc.DRAPluginServicer):
     def __init__(self, *, received: Received) -> None:
         self.received = received
 
-    def NodePrepareResources(  # noqa: N802
+    def NodePrepareResources(
         self, request: dra_v1_pb2.NodePrepareResourcesRequest, context: grpc.ServicerContext
     ) -> dra_v1_pb2.NodePrepareResourcesResponse:
         self.received.add(request)
         return PREPARE_V1
 
-    def NodeUnprepareResources(  # noqa: N802
+    def NodeUnprepareResources(
         self, request: dra_v1_pb2.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
     ) -> dra_v1_pb2.NodeUnprepareResourcesResponse:
         self.received.add(request)
@@ -177,13 +177,13 @@ class DraV1beta1(dra_v1beta1_pb2_grpc.DRAPluginServicer):
     def __init__(self, *, received: Received) -> None:
         self.received = received
 
-    def NodePrepareResources(  # noqa: N802
+    def NodePrepareResources(
         self, request: dra_v1beta1_pb2.NodePrepareResourcesRequest, context: grpc.ServicerContext
     ) -> dra_v1beta1_pb2.NodePrepareResourcesResponse:
         self.received.add(request)
         return PREPARE_V1BETA1
 
-    def NodeUnprepareResources(  # noqa: N802
+    def NodeUnprepareResources(
         self, request: dra_v1beta1_pb2.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
     ) -> dra_v1beta1_pb2.NodeUnprepareResourcesResponse:
         self.received.add(request)
@@ -193,14 +193,14 @@ class DraV1beta1(dra_v1beta1_pb2_grpc.DRAPluginServicer):
 
 
 class HealthV1(health_v1_pb2_grpc.DRAResourceHealthServicer):
-    def NodeWatchResources(  # noqa: N802
+    def NodeWatchResources(
         self, request: health_v1_pb2.NodeWatchResourcesRequest, context: grpc.ServicerContext
     ) -> Iterator[health_v1_pb2.NodeWatchResourcesResponse]:
         yield from HEALTH_V1_REPORTS
 
 
 class HealthV1alpha1(health_v1alpha1_pb2_grpc.DRAResourceHealthServicer):
-    def NodeWatchResources(  # noqa: N802
+    def NodeWatchResources(
         self, request: health_v1alpha1_pb2.NodeWatchResourcesRequest, context: grpc.ServicerContext
     ) -> Iterator[health_v1alpha1_pb2.NodeWatchResourcesResponse]:
         yield from HEALTH_V1ALPHA1_REPORTS
