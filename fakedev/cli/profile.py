@@ -1,0 +1,130 @@
+"""``fakedev profile list|show|render``: the built-in node profiles, their devices and their ResourceSlices."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import yaml
+
+from fakedev.model.inventory import (
+    ExampleGpu,
+    GpuDevice,
+    MigDevice,
+    NicPf,
+    NicVf,
+    VgpuDevice,
+    VirtualNic,
+    resolve_inventory,
+)
+from fakedev.profiles import builtin_profile_names, load_profile
+from fakedev.render import PublishedDevice, Schema, render_node
+from fakedev.render.values import binary_quantity
+
+DEFAULT_NODE = "fakedev-node"
+
+
+def add_parser(sub: Any) -> None:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "profile",
+        help="list, show and render node profiles",
+        description="Node profiles describe an emulated node's GPUs (full, MIG, vGPU), NICs and PCI/NUMA topology. "
+        "A profile is a built-in name (see `fakedev profile list`) or a path to a YAML file.",
+    )
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+
+    verbs.add_parser("list", help="the built-in profiles").set_defaults(handler=_list)
+
+    s = verbs.add_parser("show", help="a table of every device the profile publishes")
+    s.add_argument("profile", help="built-in profile name or path to a profile YAML")
+    s.add_argument("--node-name", default=DEFAULT_NODE, help=f"node the devices belong to (default: {DEFAULT_NODE})")
+    s.set_defaults(handler=_show)
+
+    r = verbs.add_parser(
+        "render",
+        help="the profile's ResourceSlices as YAML or JSON",
+        description="Render resource.k8s.io/v1 ResourceSlices, deterministic for a node name.",
+    )
+    r.add_argument("profile", help="built-in profile name or path to a profile YAML")
+    r.add_argument("--node-name", required=True, help="spec.nodeName and the seed of every UUID and MAC")
+    r.add_argument(
+        "--schema",
+        action="append",
+        choices=[s.value for s in Schema],
+        default=None,
+        help="nvidia (gpu.nvidia.com), dranet (dra.net) or example (gpu.example.com); "
+        "repeatable (default: every schema the profile has devices for)",
+    )
+    r.add_argument("--generation", type=int, default=1, help="pool generation (default: 1)")
+    r.add_argument(
+        "-o",
+        "--output",
+        choices=("yaml", "json"),
+        default="yaml",
+        help="multi-document YAML or a JSON List (default: yaml)",
+    )
+    r.set_defaults(handler=_render)
+
+
+def _list(args: argparse.Namespace) -> int:
+    del args
+    names = builtin_profile_names()
+    width = max(len(n) for n in names)
+    for name in names:
+        print(f"{name:<{width}}  {load_profile(name).description}")
+    return 0
+
+
+def _row(device: PublishedDevice) -> tuple[str, ...]:
+    model = device.model
+    kind = product = bdf = numa = root = memory = "-"
+    if isinstance(model, GpuDevice):
+        kind, product, bdf = "gpu", model.product.product_name, model.bdf.render()
+        numa, root, memory = str(model.pci.numa_node), model.pci.root.name, binary_quantity(model.product.memory_mib)
+    elif isinstance(model, MigDevice):
+        kind = "mig (pre-created)" if model.precreated else "mig"
+        product = f"{model.profile.name} @{model.placement.start}"
+        bdf, numa, root = model.parent.bdf.render(), str(model.parent.pci.numa_node), model.parent.pci.root.name
+        memory = binary_quantity(model.profile.memory_mib)
+    elif isinstance(model, VgpuDevice):
+        kind, product = "vgpu", model.vgpu_type.name
+        bdf, numa, root = model.parent.bdf.render(), str(model.parent.pci.numa_node), model.parent.pci.root.name
+        memory = binary_quantity(model.vgpu_type.framebuffer_mib)
+    elif isinstance(model, NicPf | NicVf):
+        kind = "nic-vf" if isinstance(model, NicVf) else "nic"
+        product = model.ifname
+        bdf, numa, root = model.pci.bdf.render(), str(model.pci.numa_node), model.pci.root.name
+    elif isinstance(model, VirtualNic):
+        kind, product = "virtual-nic", model.ifname
+    elif isinstance(model, ExampleGpu):
+        kind, product, memory = "example-gpu", model.model, model.memory
+    return (device.ref.device, device.ref.driver, kind, product, bdf, numa.replace("None", "-"), root, memory)
+
+
+def _show(args: argparse.Namespace) -> int:
+    profile = load_profile(args.profile)
+    rendered = render_node(resolve_inventory(profile, node_name=args.node_name))
+    rows: list[tuple[str, ...]] = [("NAME", "DRIVER", "TYPE", "PRODUCT/PROFILE", "BDF", "NUMA", "PCIEROOT", "MEMORY")]
+    rows += [_row(d) for d in rendered.devices.values()]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    print(f"# {profile.name}: {profile.description}" if profile.description else f"# {profile.name}")
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+def _render(args: argparse.Namespace) -> int:
+    profile = load_profile(args.profile)
+    schemas = [Schema(s) for s in args.schema] if args.schema else None
+    rendered = render_node(
+        resolve_inventory(profile, node_name=args.node_name), schemas=schemas, generation=args.generation
+    )
+    items = [dict(s) for s in rendered.slices]
+    if args.output == "json":
+        json.dump({"apiVersion": "v1", "kind": "List", "items": items}, sys.stdout, indent=2)
+        print()
+    else:
+        yaml.safe_dump_all(items, sys.stdout, sort_keys=False, explicit_start=True)
+    return 0

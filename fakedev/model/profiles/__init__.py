@@ -1,0 +1,1 @@
+"""Built-in node profiles, shipped as YAML package data."""
