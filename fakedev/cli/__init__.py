@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from fakedev.cli import cluster as cluster_cmd
+from fakedev.cli import fault as fault_cmd
 from fakedev.cli import plugin as plugin_cmd
 from fakedev.cli import profile as profile_cmd
 from fakedev.cli import run as run_cmd
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     cluster_cmd.add_parser(sub)
+    fault_cmd.add_parser(sub)
     plugin_cmd.add_parser(sub)
     profile_cmd.add_parser(sub)
     run_cmd.add_parser(sub)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fakedev.driver.state import ClaimState
+from fakedev.faults import Faults
 from kubeletapi.types import ClaimRef, PrepareResult
 
 
@@ -32,14 +33,19 @@ def _file_lock(path: Path) -> Iterator[None]:
 class SerializedDriver:
     state: ClaimState
     lock_path: Path
+    faults: Faults = field(default_factory=Faults)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def _prepare_all(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
         with _file_lock(self.lock_path):
+            if (error := self.faults.prepare.apply()) is not None:
+                return {c.uid: PrepareResult(error=error) for c in claims}
             return {c.uid: self.state.prepare(c) for c in claims}
 
     def _unprepare_all(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
         with _file_lock(self.lock_path):
+            if (error := self.faults.unprepare.apply()) is not None:
+                return {c.uid: error for c in claims}
             return {c.uid: self.state.unprepare(c) for c in claims}
 
     async def prepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]:

@@ -20,6 +20,8 @@ from fakedev.driver.state import ClaimState, StatePaths
 from fakedev.errors import FakedevError, KubeApiError, ProfileError
 from fakedev.kube import DriverApi
 from fakedev.model.inventory import NodeInventory, resolve_inventory
+from fakedev.faults import Faults
+from fakedev.plugin.control import ControlServer, ControlTarget
 from fakedev.plugin.health import HealthBoard
 from fakedev.plugin.paths import PluginPaths
 from fakedev.plugin.server import PluginServer
@@ -80,7 +82,10 @@ class PluginApp:
     health: HealthBoard = field(default_factory=HealthBoard)
     taints: dict[DeviceRef, list[DeviceTaint]] = field(default_factory=dict)
     server: PluginServer | None = None
+    control: ControlServer | None = None
     publisher: SlicePublisher | None = None
+    state: ClaimState | None = None
+    faults: Faults = field(default_factory=Faults)
     _republish: asyncio.Event = field(default_factory=asyncio.Event)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     ready_at: float | None = None
@@ -147,9 +152,15 @@ class PluginApp:
             lookup=self.lookup,
         )
         state.load()
-        core = SerializedDriver(state=state, lock_path=self.paths.serialize_lock)
+        self.state = state
+        core = SerializedDriver(state=state, lock_path=self.paths.serialize_lock, faults=self.faults)
         self.server = PluginServer(paths=self.paths, core=core, health=self.health)
         await self.server.start()
+        self.control = ControlServer(
+            path=self.paths.control_socket,
+            target=ControlTarget(status=self.status, set_health=self.set_health, faults=self.faults),
+        )
+        await self.control.start()
         self.ready_at = time.monotonic() - started
         log.info(
             "plugin ready",
@@ -200,7 +211,37 @@ class PluginApp:
             self.taints.pop(key, None)
         self.request_republish()
 
+    def status(self) -> dict[str, object]:
+        """What ``fakedev fault status`` shows: devices with health and taints, registration, claims, faults."""
+        devices = []
+        for ref in self.device_refs():
+            h = self.health.get(pool=ref.pool, device=ref.device)
+            devices.append(
+                {
+                    "pool": ref.pool,
+                    "device": ref.device,
+                    "health": h.health.name.title() if h else "Unknown",
+                    "message": h.message if h else "",
+                    "taints": list(self.taints.get(ref, [])),
+                }
+            )
+        reg = self.server.registration if self.server else None
+        return {
+            "driver": self.driver,
+            "node": self.settings.node_name,
+            "devices": devices,
+            "registration": {"registered": reg.registered, "error": reg.error, "notifications": reg.notifications}
+            if reg
+            else {},
+            "claims": sorted(self.state.claims) if self.state else [],
+            "faults": {"prepare": self.faults.prepare.to_json(), "unprepare": self.faults.unprepare.to_json()},
+            "sliceGeneration": self.publisher.generation if self.publisher else 0,
+            "healthSubscribers": self.health.subscribers,
+        }
+
     async def stop(self) -> None:
+        if self.control is not None:
+            await self.control.stop()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

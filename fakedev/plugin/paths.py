@@ -36,6 +36,12 @@ class PluginPaths:
         return self.registry_dir / f"{self.driver}{uid}-reg.sock"
 
     @property
+    def control_socket(self) -> Path:
+        """fakedev's own fault-injection socket; per instance, so drills can address either during an update."""
+        uid = f"-{self.rolling_update_uid}" if self.rolling_update_uid else ""
+        return self.plugin_dir / f"control{uid}.sock"
+
+    @property
     def serialize_lock(self) -> Path:
         return self.plugin_dir / "serialize.lock"
 

@@ -1,0 +1,104 @@
+"""``fakedev fault``: inject faults into a running fake plugin through its control socket."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from fakedev.plugin.app import DEFAULT_KUBELET_ROOT
+from fakedev.plugin.paths import PluginPaths
+
+DESCRIPTION = """\
+Talk to a running `fakedev plugin` through <kubelet-root>/plugins/<driver>/control.sock:
+  status                          devices with health and taints, registration, prepared claims, faults
+  health DEVICE --state S         report a device Healthy, Unhealthy or Unknown on the health stream
+                                  (--taint EFFECT also taints it in the ResourceSlice; Healthy removes the taint)
+  prepare|unprepare [--delay S] [--fail N] [--error TEXT]
+                                  slow calls down by S seconds and/or fail the next N calls (-1: every call)
+  clear                           remove every call fault
+Process-level faults (kill, stop, restart, socket removal) are done by `fakedev drill` or by hand with signals.
+"""
+
+
+def add_parser(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "fault",
+        help="inject faults into a running fake plugin",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--kubelet-root", type=Path, default=DEFAULT_KUBELET_ROOT)
+    p.add_argument("--driver", default="gpu.nvidia.com", help="driver name of the plugin (default: gpu.nvidia.com)")
+    p.add_argument("--rolling-update-uid", default=None, help="address one instance of a rolling update")
+    p.add_argument("--socket", type=Path, default=None, help="the control socket (overrides the three above)")
+    verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
+    verbs.add_parser("status", help="show the plugin's devices, claims and faults")
+    h = verbs.add_parser("health", help="set a device's health")
+    h.add_argument("device")
+    h.add_argument("--state", required=True, choices=["Healthy", "Unhealthy", "Unknown"])
+    h.add_argument("--message", default="")
+    h.add_argument(
+        "--taint",
+        choices=["NoSchedule", "NoExecute", "None"],
+        default=None,
+        help="also taint the device in its ResourceSlice with this effect",
+    )
+    for call in ("prepare", "unprepare"):
+        c = verbs.add_parser(call, help=f"slow down or fail {call} calls")
+        c.add_argument("--delay", type=float, default=0.0, help="seconds each call waits first")
+        c.add_argument("--fail", type=int, default=0, help="fail this many calls (-1: all until cleared)")
+        c.add_argument("--error", default="injected fault", help="the per-claim error text")
+    verbs.add_parser("clear", help="remove every call fault")
+    p.set_defaults(handler=_run)
+
+
+def control_request(path: Path, request: dict[str, Any], *, timeout: float = 10.0) -> dict[str, Any]:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        try:
+            s.connect(str(path))
+        except OSError as exc:
+            raise SystemExit(f"fakedev fault: cannot reach {path}: {exc.strerror or exc}") from exc
+        s.sendall(json.dumps(request).encode() + b"\n")
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    answer: dict[str, Any] = json.loads(data)
+    return answer
+
+
+def _run(args: argparse.Namespace) -> int:
+    path = (
+        args.socket
+        or PluginPaths(
+            kubelet_root=args.kubelet_root, driver=args.driver, rolling_update_uid=args.rolling_update_uid
+        ).control_socket
+    )
+    request: dict[str, Any]
+    if args.verb == "status":
+        request = {"op": "status"}
+    elif args.verb == "health":
+        request = {"op": "set-health", "device": args.device, "health": args.state, "message": args.message}
+        if args.taint:
+            request["taint"] = args.taint
+    elif args.verb in ("prepare", "unprepare"):
+        request = {
+            "op": "set-fault",
+            "call": args.verb,
+            "fault": {"delaySeconds": args.delay, "failTimes": args.fail, "error": args.error},
+        }
+    else:
+        request = {"op": "clear-faults"}
+    answer = control_request(path, request)
+    print(json.dumps(answer, indent=2))
+    if not answer.get("ok"):
+        print(f"fakedev fault: {answer.get('error')}", file=sys.stderr)
+        return 1
+    return 0

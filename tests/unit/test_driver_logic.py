@@ -1,0 +1,217 @@
+"""Pure logic of the fake driver: claim plans, opaque config, metadata paths and stream, checkpoint, control."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from fakedev.driver import metadata
+from fakedev.driver.checkpoint import compute_checksum, parse_checkpoint, render_checkpoint
+from fakedev.driver.claims import check_claim_ref, compute_claim_plan
+from fakedev.driver.config import GPU_KINDS, NIC_KINDS, merge_configs, parse_config
+from fakedev.errors import CheckpointError, ClaimError
+from fakedev.faults import CallFault, Faults
+from fakedev.plugin.control import ControlTarget, handle
+
+
+def _claim(**status: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "c", "namespace": "ns", "uid": "u-1", "annotations": {}},
+        "status": status,
+    }
+
+
+def _allocation(*, node: str = "n1", driver: str = "gpu.example.com", config: list[Any] | None = None) -> Any:
+    return {
+        "nodeSelector": {
+            "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
+        },
+        "devices": {
+            "results": [{"request": "gpu", "driver": driver, "pool": node, "device": "gpu-0"}],
+            "config": config or [],
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("claim", "uid", "message"),
+    [
+        (_claim(), "u-1", "is not allocated"),
+        (_claim(allocation=_allocation()), "u-2", "was deleted and re-created"),
+        (_claim(allocation=_allocation(node="other")), "u-1", "allocated for another node"),
+        (_claim(allocation=_allocation(driver="other.example.com")), "u-1", "has no device of driver"),
+    ],
+    ids=["unallocated", "replaced", "other-node", "other-driver"],
+)
+def test_claims_this_node_cannot_prepare_are_refused(claim: Any, uid: str, message: str) -> None:
+    with pytest.raises(ClaimError, match=message):
+        compute_claim_plan(claim, uid=uid, driver="gpu.example.com", node_name="n1")
+
+
+def test_claim_plan_lists_our_devices_and_orders_class_config_first() -> None:
+    config = [
+        {"source": "FromClaim", "requests": ["gpu"], "opaque": {"driver": "gpu.example.com", "parameters": {"a": 2}}},
+        {"source": "FromClass", "opaque": {"driver": "gpu.example.com", "parameters": {"a": 1}}},
+        {"source": "FromClass", "opaque": {"driver": "someone.else", "parameters": {"a": 0}}},
+    ]
+    plan = compute_claim_plan(
+        _claim(allocation=_allocation(config=config)), uid="u-1", driver="gpu.example.com", node_name="n1"
+    )
+    assert [(d.request, d.pool, d.device) for d in plan.devices] == [("gpu", "n1", "gpu-0")]
+    assert [c.parameters["a"] for c in plan.configs] == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("uid", "namespace", "name", "message"),
+    [
+        ("", "ns", "c", "uid"),
+        ("u", "../etc", "c", "namespace"),
+        ("u", "ns", "a/../b", "claim name"),
+        ("u", "ns", "x" * 300, "claim name"),
+    ],
+    ids=["empty-uid", "dotdot-namespace", "slash-name", "long-name"],
+)
+def test_names_that_could_escape_a_path_or_url_are_refused(uid: str, namespace: str, name: str, message: str) -> None:
+    with pytest.raises(ClaimError, match=message):
+        check_claim_ref(uid=uid, namespace=namespace, name=name)
+
+
+@pytest.mark.parametrize(
+    ("params", "path"),
+    [
+        ({"apiVersion": "nope/v1", "kind": "GpuConfig"}, "parameters.apiVersion"),
+        ({"apiVersion": "resource.fakedev.io/v1alpha1", "kind": "NicConfig"}, "parameters.kind"),
+        ({"apiVersion": "resource.fakedev.io/v1alpha1", "kind": "GpuConfig", "extra": 1}, "parameters.extra"),
+        (
+            {"apiVersion": "resource.fakedev.io/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "Magic"}},
+            "parameters.sharing.strategy",
+        ),
+        (
+            {"apiVersion": "resource.fakedev.io/v1alpha1", "kind": "GpuConfig", "env": {"1BAD": "x"}},
+            "parameters.env.1BAD",
+        ),
+    ],
+    ids=["api-version", "wrong-kind", "unknown-field", "strategy", "env-name"],
+)
+def test_bad_opaque_config_names_the_field(params: dict[str, Any], path: str) -> None:
+    with pytest.raises(ClaimError, match=f"invalid opaque config: {path}"):
+        parse_config(params, kinds=GPU_KINDS)
+
+
+def test_later_configs_win_and_env_maps_merge() -> None:
+    first = parse_config(
+        {
+            "apiVersion": "resource.fakedev.io/v1alpha1",
+            "kind": "GpuConfig",
+            "env": {"A": "1", "B": "1"},
+            "sharing": {"strategy": "TimeSlicing"},
+        },
+        kinds=GPU_KINDS,
+    )
+    second = parse_config(
+        {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig", "env": {"B": "2"}}, kinds=GPU_KINDS
+    )
+    merged = merge_configs([first, second])
+    assert dict(merged.env) == {"A": "1", "B": "2"}
+    assert merged.sharing is not None and merged.sharing.strategy == "TimeSlicing"
+
+
+def test_nic_config_validates_interface_name_and_mtu() -> None:
+    with pytest.raises(ClaimError, match="interfaceName"):
+        parse_config(
+            {"apiVersion": "resource.fakedev.io/v1alpha1", "kind": "NicConfig", "interfaceName": "a/b"}, kinds=NIC_KINDS
+        )
+    ok = parse_config(
+        {
+            "apiVersion": "resource.fakedev.io/v1alpha1",
+            "kind": "NicConfig",
+            "interfaceName": "net7",
+            "mtu": 1500,
+            "addresses": ["10.1.0.5/24"],
+        },
+        kinds=NIC_KINDS,
+    )
+    assert (ok.interface_name, ok.mtu, ok.addresses) == ("net7", 1500, ("10.1.0.5/24",))
+
+
+@pytest.mark.parametrize(
+    ("pod_claim_name", "request_name", "expected"),
+    [
+        (None, "gpu", "/var/run/kubernetes.io/dra-device-attributes/resourceclaims/c/gpu/d.example.com-metadata.json"),
+        (
+            "accel",
+            "gpu/large",
+            "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/accel/gpu/d.example.com-metadata.json",
+        ),
+    ],
+    ids=["direct", "template-subrequest"],
+)
+def test_metadata_container_path(pod_claim_name: str | None, request_name: str, expected: str) -> None:
+    claim = metadata.ClaimIdentity(namespace="ns", name="c", uid="u", pod_claim_name=pod_claim_name)
+    assert str(metadata.container_path(claim=claim, request=request_name, driver="d.example.com")) == expected
+
+
+def test_metadata_stream_has_both_versions_newest_first() -> None:
+    claim = metadata.ClaimIdentity(namespace="ns", name="c", uid="u", pod_claim_name="p")
+    requests: list[metadata.MetadataRequest] = [
+        {"name": "gpu", "devices": [{"driver": "d", "pool": "n", "name": "gpu-0", "attributes": {"index": {"int": 0}}}]}
+    ]
+    docs = [
+        json.loads(line)
+        for line in metadata.render_metadata_stream(claim=claim, generation=3, requests=requests).splitlines()
+    ]
+    assert [d["apiVersion"] for d in docs] == list(metadata.METADATA_API_VERSIONS)
+    assert docs[0]["metadata"]["generation"] == 3 and docs[0]["podClaimName"] == "p"
+    assert docs[0]["requests"] == docs[1]["requests"] == requests
+
+
+def test_checkpoint_round_trips_and_detects_corruption() -> None:
+    claims: Any = {
+        "u": {
+            "uid": "u",
+            "namespace": "ns",
+            "name": "c",
+            "state": "PrepareCompleted",
+            "devices": [],
+            "cdiSpecFiles": [],
+            "metadataDir": "",
+            "metadataGeneration": 1,
+            "statusApplied": True,
+        }
+    }
+    data = render_checkpoint(claims)
+    assert parse_checkpoint(data, source="cp") == claims
+    tampered = json.loads(data)
+    tampered["claims"]["u"]["name"] = "other"
+    with pytest.raises(CheckpointError, match="checksum mismatch"):
+        parse_checkpoint(json.dumps(tampered).encode(), source="cp")
+    with pytest.raises(CheckpointError, match="not valid JSON"):
+        parse_checkpoint(data[:20], source="cp")
+    with pytest.raises(CheckpointError, match="unknown checkpoint version"):
+        parse_checkpoint(
+            json.dumps({"version": "v0", "checksum": compute_checksum({}), "claims": {}}).encode(), source="cp"
+        )
+
+
+def test_call_fault_fails_n_times() -> None:
+    fault = CallFault(fail_times=2, error="boom")
+    assert [fault.apply(), fault.apply(), fault.apply()] == ["boom", "boom", None]
+
+
+@pytest.mark.parametrize(
+    ("request_", "error"),
+    [
+        ("nope", "a request is a JSON object"),
+        ({"op": "dance"}, "unknown op"),
+        ({"op": "set-health", "device": "gpu-0", "health": "Sick"}, "health must be one of"),
+        ({"op": "set-fault", "call": "prepare", "fault": {"delaySeconds": -1}}, "must be >= 0"),
+        ({"op": "set-fault", "call": "prepare", "fault": {"bogus": 1}}, "unknown fault field"),
+    ],
+    ids=["not-object", "unknown-op", "bad-health", "negative-delay", "unknown-field"],
+)
+def test_control_requests_are_validated(request_: Any, error: str) -> None:
+    target = ControlTarget(status=dict, set_health=lambda **_: None, faults=Faults())
+    answer = handle(request_, target)
+    assert answer["ok"] is False and error in answer["error"]
