@@ -18,9 +18,9 @@ from typing import Final
 from fakedev.driver.core import SerializedDriver
 from fakedev.driver.state import ClaimState, StatePaths
 from fakedev.errors import FakedevError, KubeApiError, ProfileError
+from fakedev.faults import Faults
 from fakedev.kube import DriverApi
 from fakedev.model.inventory import NodeInventory, resolve_inventory
-from fakedev.faults import Faults
 from fakedev.plugin.control import ControlServer, ControlTarget
 from fakedev.plugin.health import HealthBoard
 from fakedev.plugin.paths import PluginPaths

@@ -183,6 +183,6 @@ def test_mig_device_is_prepared_with_its_uuid_and_nodes(
     assert any(p.startswith("/dev/nvidia-caps/nvidia-cap") for p in paths)
     # Every node the spec names exists under the plugin's fake /dev as a harmless char device.
     for node in registry.resolve(device.cdi_device_ids[0]).device.container_edits.device_nodes:
-        st = os.stat(node.host_path)
+        st = Path(node.host_path).stat()
         assert stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == (1, 3)
         assert node.host_path.startswith(str(plugin.plugin_dir))
