@@ -60,13 +60,17 @@ def new_run_id() -> str:
     return secrets.token_hex(4)
 
 
-def open_run_dir(*, purpose: str, base: Path | None = None, run_id: str | None = None) -> RunDir:
-    """Create ``<base>/fakedev-<purpose>-<id>`` and lock it for this process."""
+def open_run_dir(*, purpose: str, base: Path | None = None, run_id: str | None = None, reuse: bool = False) -> RunDir:
+    """Create ``<base>/fakedev-<purpose>-<id>`` (or, with ``reuse``, take over an existing one) and lock it."""
     rid = run_id or new_run_id()
     path = (base or default_run_base()) / f"{RUN_PREFIX}{purpose}-{rid}"
-    path.mkdir(parents=True, exist_ok=False, mode=0o750)
+    path.mkdir(parents=True, exist_ok=reuse, mode=0o750)
     lock = (path / _LOCK_NAME).open("wb")
-    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise ComponentError(f"{path} is in use by another process") from None
     lock.write(f"{os.getpid()}\n".encode())
     lock.flush()
     return RunDir(path=path, run_id=rid, _lock=lock)
@@ -185,13 +189,20 @@ def start_process(
     log_path: Path | None = None,
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
+    die_with_parent: bool = True,
 ) -> Process:
-    """Start ``argv`` tagged with the run id, in a new session, with SIGKILL as its parent-death signal."""
+    """Start ``argv`` tagged with the run id, in a new session, with SIGKILL as its parent-death signal.
+
+    ``die_with_parent=False`` is for container shims, which must outlive a restarting node emulator (as containers
+    outlive a restarting kubelet); the reaper still finds them by their run id.
+    """
     log = log_path or run.path / "logs" / f"{name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     child_env = dict(os.environ if env is None else env)
     child_env[RUN_ENV] = run.run_id
-    full = ["setpriv", "--pdeathsig", "KILL", "--", *argv] if shutil.which("setpriv") else list(argv)
+    full = (
+        ["setpriv", "--pdeathsig", "KILL", "--", *argv] if die_with_parent and shutil.which("setpriv") else list(argv)
+    )
     with log.open("ab") as out:
         try:
             popen = subprocess.Popen(

@@ -1,13 +1,16 @@
-"""Containers under real runc: ``runc run`` in the foreground, so its exit code is the container's.
+"""Containers under real runc, each behind a tiny shell shim that records the exit code.
 
-Every container lives under a runc ``--root`` inside the owner's run directory, so the reaper can find and kill the
-containers of a dead run with ``runc list`` even when the ``runc run`` processes are gone.
+The shim (``sh -c 'runc run …; echo $? > exit'``) runs in its own session without a parent-death signal, so
+containers outlive a restarting node emulator the way they outlive a restarting kubelet; the emulator re-adopts them
+from its checkpoint by container ID. Every container lives under a runc ``--root`` inside the owner's run directory,
+and the shims carry the run id, so the reaper finds both after a crash.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import shlex
 import shutil
 import signal
 import subprocess
@@ -16,10 +19,12 @@ from pathlib import Path
 from typing import Final
 
 from harness.errors import ComponentError
-from harness.procs import Process, RunDir, start_process, wait_for
+from harness.procs import RunDir, start_process, wait_for
 from harness.runtime.oci import JsonObj
 
 RUNC_ROOT_NAME: Final = "runc"
+EXIT_FILE: Final = "exit"
+LOG_FILE: Final = "log"
 
 
 def find_runc() -> str:
@@ -31,19 +36,30 @@ def find_runc() -> str:
 
 @dataclass(kw_only=True)
 class Container:
-    """One container started by :class:`Runc`; ``process`` is the foreground ``runc run``."""
+    """One container: its ID, bundle (config.json, log, exit) and the runc that runs it."""
 
     container_id: str
     bundle: Path
-    process: Process
     runtime: Runc
 
     @property
     def log_path(self) -> Path:
-        return self.process.log_path
+        return self.bundle / LOG_FILE
 
     def exit_code(self) -> int | None:
-        return self.process.popen.poll()
+        """The container's exit code once it has ended (runc's own exit code is the container's)."""
+        try:
+            return int((self.bundle / EXIT_FILE).read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def running(self) -> bool:
+        state = self.runtime.state(self.container_id)
+        return state is not None and state.get("status") in ("running", "created")
+
+    def pid(self) -> int | None:
+        state = self.runtime.state(self.container_id)
+        return int(state["pid"]) if state and state.get("pid") else None
 
     def wait(self, *, timeout: float) -> int:
         wait_for(lambda: self.exit_code() is not None, timeout=timeout, what=f"container {self.container_id} to exit")
@@ -51,18 +67,26 @@ class Container:
         assert code is not None
         return code
 
-    def stop(self, *, timeout: float = 10.0) -> int:
-        """SIGTERM the container, SIGKILL after ``timeout``, then delete it from runc's state."""
-        if self.exit_code() is None:
+    def stop(self, *, timeout: float = 10.0) -> int | None:
+        """SIGTERM, SIGKILL after ``timeout``, then delete from runc's state; returns the exit code if known."""
+        if self.exit_code() is None and self.running():
             self.runtime.kill(self.container_id, sig=signal.SIGTERM)
             try:
-                self.process.popen.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
+                wait_for(
+                    lambda: self.exit_code() is not None or not self.running(),
+                    timeout=timeout,
+                    what=f"container {self.container_id} to stop",
+                )
+            except Exception:
                 self.runtime.kill(self.container_id, sig=signal.SIGKILL)
-                self.process.popen.wait(timeout=10)
+                with contextlib.suppress(Exception):
+                    wait_for(
+                        lambda: self.exit_code() is not None or not self.running(),
+                        timeout=10,
+                        what=f"container {self.container_id} to die",
+                    )
         self.runtime.delete(self.container_id)
-        code = self.process.popen.returncode
-        return int(code) if code is not None else -1
+        return self.exit_code()
 
 
 @dataclass(kw_only=True)
@@ -74,24 +98,38 @@ class Runc:
 
     @classmethod
     def for_run(cls, run: RunDir) -> Runc:
-        root = run.path / RUNC_ROOT_NAME
-        root.mkdir(mode=0o700, exist_ok=True)
+        return cls.at(run.path / RUNC_ROOT_NAME)
+
+    @classmethod
+    def at(cls, root: Path) -> Runc:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
         return cls(root=root, binary=find_runc())
 
     def _cmd(self, *args: str) -> list[str]:
         return [self.binary, "--root", str(self.root), *args]
 
-    def run(self, *, container_id: str, bundle: Path, spec: JsonObj, run: RunDir, log_path: Path) -> Container:
-        """Write ``config.json`` into ``bundle`` and start the container; output goes to ``log_path``."""
+    def run(self, *, container_id: str, bundle: Path, spec: JsonObj, run: RunDir) -> Container:
+        """Write ``config.json`` into ``bundle`` and start the container behind its shim."""
         bundle.mkdir(parents=True, exist_ok=True)
+        (bundle / EXIT_FILE).unlink(missing_ok=True)
         (bundle / "config.json").write_text(json.dumps(spec, indent=1))
-        proc = start_process(
-            name=f"runc-{container_id}",
-            argv=self._cmd("run", "--bundle", str(bundle), container_id),
+        runc = shlex.join(self._cmd("run", "--bundle", str(bundle), container_id))
+        exit_tmp, exit_file = shlex.quote(str(bundle / "exit.tmp")), shlex.quote(str(bundle / EXIT_FILE))
+        shim = f"{runc} </dev/null >>{shlex.quote(str(bundle / LOG_FILE))} 2>&1; echo $? >{exit_tmp}; mv {exit_tmp} {exit_file}"
+        # The outer shell backgrounds the shim and exits at once, so the shim is nobody's child here.
+        launcher = start_process(
+            name=f"shim-{container_id}",
+            argv=["/bin/sh", "-c", f"({shim}) &"],
             run=run,
-            log_path=log_path,
+            log_path=bundle / "shim.log",
+            die_with_parent=False,
         )
-        return Container(container_id=container_id, bundle=bundle, process=proc, runtime=self)
+        launcher.popen.wait()
+        return Container(container_id=container_id, bundle=bundle, runtime=self)
+
+    def adopt(self, *, container_id: str, bundle: Path) -> Container:
+        """A container started by an earlier emulator process."""
+        return Container(container_id=container_id, bundle=bundle, runtime=self)
 
     def state(self, container_id: str) -> JsonObj | None:
         out = subprocess.run(self._cmd("state", container_id), capture_output=True, text=True, check=False)

@@ -45,7 +45,7 @@ def test_container_runs_in_the_pod_network_namespace(run: RunDir, template: Path
             netns_path=path,
         )
         container = Runc.for_run(run).run(
-            container_id=f"{run.run_id}-c1", bundle=run.path / "c1", spec=spec, run=run, log_path=run.path / "c1.log"
+            container_id=f"{run.run_id}-c1", bundle=run.path / "c1", spec=spec, run=run
         )
         assert container.wait(timeout=30) == 0
         container.stop()
@@ -61,7 +61,7 @@ def test_exit_code_is_the_containers(run: RunDir, template: Path) -> None:
     rootfs = clone_rootfs(template=template, destination=run.path / "c2" / "rootfs")
     spec = render_container_spec(args=["sh", "-c", "exit 7"], env={}, rootfs=rootfs, hostname="x", netns_path=None)
     container = Runc.for_run(run).run(
-        container_id=f"{run.run_id}-c2", bundle=run.path / "c2", spec=spec, run=run, log_path=run.path / "c2.log"
+        container_id=f"{run.run_id}-c2", bundle=run.path / "c2", spec=spec, run=run
     )
     assert container.wait(timeout=30) == 7
     container.stop()
@@ -82,8 +82,7 @@ def test_reaper_removes_containers_and_namespaces_of_a_dead_owner(tmp_path: Path
         rootfs = clone_rootfs(template=ensure_rootfs(cache_root=run.path / "cache"), destination=run.path / "c")
         spec = render_container_spec(args=["sleep", "600"], env={{}}, rootfs=rootfs, hostname="x", netns_path=ns)
         runtime = Runc.for_run(run)
-        runtime.run(container_id=run.run_id + "-c", bundle=run.path / "b", spec=spec, run=run,
-                    log_path=run.path / "c.log")
+        runtime.run(container_id=run.run_id + "-c", bundle=run.path / "b", spec=spec, run=run)
         from harness.procs import wait_for
         wait_for(lambda: (runtime.state(run.run_id + "-c") or {{}}).get("status") == "running", timeout=30, what="up")
         print(run.run_id, runtime.state(run.run_id + "-c")["pid"], flush=True)

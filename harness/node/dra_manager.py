@@ -1,0 +1,274 @@
+"""The kubelet's DRA manager: prepare a pod's claims per driver, unprepare when the last pod is gone (contract §2).
+
+Prepare: GET each claim, require the pod in ``status.reservedFor`` and every driver of the allocation registered,
+checkpoint, then one ``NodePrepareResources`` per driver with the pod's not-yet-prepared claims; batches run in
+order and the first error aborts. An RPC error, a per-claim error, an unknown UID in the answer or a missing entry
+all fail the pod start. Unprepare runs when the last pod using a claim terminates; the claim may be gone from the API.
+
+The checkpoint (``dra_manager_state``) has the kubelet's shape: ``{"Data": "<json>", "Checksum": <crc32 of Data>}``;
+a wrong checksum refuses to start, as the kubelet does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from harness.errors import HarnessError
+from harness.node.dra_client import DraCallError
+from harness.node.plugins import PluginManager
+from harness.node.podclaims import compute_pod_claims
+from kubeclient import ApiError, KubeClient
+from kubeclient.resources import RESOURCE_CLAIMS
+from kubeletapi.types import ClaimRef, PreparedDevice
+
+log = logging.getLogger("harness.node.dra")
+
+CHECKPOINT_VERSION: Final = "fakedev.node/dra-v1"
+
+
+class PrepareError(HarnessError):
+    """The pod cannot start yet; the message is what the kubelet would put in a FailedPrepareDynamicResources event."""
+
+
+class CheckpointCorrupt(HarnessError):
+    """The emulator's DRA checkpoint failed its checksum."""
+
+
+@dataclass(kw_only=True)
+class ClaimInfo:
+    uid: str
+    namespace: str
+    name: str
+    drivers: list[str]
+    pod_uids: set[str] = field(default_factory=set)
+    devices: dict[str, list[PreparedDevice]] = field(default_factory=dict)
+    """driver → devices, for every driver already prepared."""
+
+    @property
+    def ref(self) -> ClaimRef:
+        return ClaimRef(uid=self.uid, namespace=self.namespace, name=self.name)
+
+    @property
+    def prepared(self) -> bool:
+        return all(d in self.devices for d in self.drivers)
+
+    def all_devices(self) -> list[PreparedDevice]:
+        return [d for driver in self.drivers for d in self.devices.get(driver, [])]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "uid": self.uid,
+            "namespace": self.namespace,
+            "name": self.name,
+            "drivers": self.drivers,
+            "podUIDs": sorted(self.pod_uids),
+            "devices": {drv: [_device_json(d) for d in devs] for drv, devs in self.devices.items()},
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> ClaimInfo:
+        return cls(
+            uid=doc["uid"],
+            namespace=doc["namespace"],
+            name=doc["name"],
+            drivers=list(doc["drivers"]),
+            pod_uids=set(doc["podUIDs"]),
+            devices={drv: [_device_from_json(d) for d in devs] for drv, devs in doc["devices"].items()},
+        )
+
+
+def _device_json(d: PreparedDevice) -> dict[str, Any]:
+    return {
+        "requestNames": list(d.request_names),
+        "pool": d.pool,
+        "device": d.device,
+        "cdiDeviceIDs": list(d.cdi_device_ids),
+        "shareID": d.share_id,
+    }
+
+
+def _device_from_json(doc: Mapping[str, Any]) -> PreparedDevice:
+    return PreparedDevice(
+        request_names=tuple(doc["requestNames"]),
+        pool=doc["pool"],
+        device=doc["device"],
+        cdi_device_ids=tuple(doc["cdiDeviceIDs"]),
+        share_id=doc.get("shareID"),
+    )
+
+
+def render_checkpoint(claims: Mapping[str, ClaimInfo]) -> bytes:
+    data = json.dumps(
+        {"version": CHECKPOINT_VERSION, "entries": [c.to_json() for c in claims.values()]}, sort_keys=True
+    )
+    return json.dumps({"Data": data, "Checksum": zlib.crc32(data.encode())}).encode()
+
+
+def parse_checkpoint(raw: bytes, *, source: str) -> dict[str, ClaimInfo]:
+    try:
+        outer = json.loads(raw)
+        data = outer["Data"]
+        if zlib.crc32(data.encode()) != outer["Checksum"]:
+            raise CheckpointCorrupt(f"{source}: checksum mismatch; refusing to start (as the kubelet does)")
+        inner = json.loads(data)
+        if inner.get("version") != CHECKPOINT_VERSION:
+            raise CheckpointCorrupt(f"{source}: unknown version {inner.get('version')!r}")
+        return {e["uid"]: ClaimInfo.from_json(e) for e in inner["entries"]}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise CheckpointCorrupt(f"{source}: unreadable checkpoint: {exc}") from exc
+
+
+@dataclass(kw_only=True)
+class DraManager:
+    node_name: str
+    client: KubeClient
+    plugins: PluginManager
+    checkpoint_path: Path
+    claims: dict[str, ClaimInfo] = field(default_factory=dict)
+    calls: list[tuple[str, str, list[str]]] = field(default_factory=list)
+    """(method, driver, claim UIDs) of every gRPC call made, in order — what conformance checks and drills read."""
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def load(self) -> None:
+        try:
+            raw = self.checkpoint_path.read_bytes()
+        except FileNotFoundError:
+            return
+        self.claims = parse_checkpoint(raw, source=str(self.checkpoint_path))
+
+    def _save(self) -> None:
+        tmp = self.checkpoint_path.with_suffix(".tmp")
+        tmp.write_bytes(render_checkpoint(self.claims))
+        tmp.replace(self.checkpoint_path)
+
+    def claims_of_pod(self, pod_uid: str) -> list[ClaimInfo]:
+        return [c for c in self.claims.values() if pod_uid in c.pod_uids]
+
+    async def prepare_pod(self, pod: Mapping[str, Any]) -> dict[str, list[PreparedDevice]]:
+        """Prepare every claim of ``pod``; returns claim name → devices (all drivers)."""
+        async with self._lock:
+            return await self._prepare_pod(pod)
+
+    async def _prepare_pod(self, pod: Mapping[str, Any]) -> dict[str, list[PreparedDevice]]:
+        meta = pod["metadata"]
+        pod_uid, namespace = meta["uid"], meta["namespace"]
+        infos: list[ClaimInfo] = []
+        for pc in compute_pod_claims(pod):
+            if pc.claim_name is None:
+                raise PrepareError(f"the ResourceClaim for pod claim {pc.pod_claim_name!r} was not created yet")
+            claim = await self._get_claim(namespace, pc.claim_name)
+            infos.append(self._claim_info(claim, pod_uid=pod_uid))
+        for driver in sorted({d for info in infos for d in info.drivers}):
+            if self.plugins.instance_for(driver) is None:
+                raise PrepareError(f"DRA driver {driver} is not registered on node {self.node_name}")
+        for info in infos:
+            self.claims.setdefault(info.uid, info).pod_uids.add(pod_uid)
+        self._save()
+        for driver in sorted({d for info in infos for d in info.drivers}):
+            pending = [
+                self.claims[i.uid] for i in infos if driver in i.drivers and driver not in self.claims[i.uid].devices
+            ]
+            if pending:
+                await self._prepare_batch(driver, pending)
+        self._save()
+        return {i.name: self.claims[i.uid].all_devices() for i in infos}
+
+    async def _get_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        try:
+            return await asyncio.to_thread(self.client.get, RESOURCE_CLAIMS, name, namespace=namespace)
+        except ApiError as exc:
+            raise PrepareError(f"cannot get ResourceClaim {namespace}/{name}: {exc}") from exc
+
+    def _claim_info(self, claim: Mapping[str, Any], *, pod_uid: str) -> ClaimInfo:
+        meta, status = claim["metadata"], claim.get("status") or {}
+        reserved = {r.get("uid") for r in status.get("reservedFor") or []}
+        if pod_uid not in reserved:
+            raise PrepareError(f"pod is not in status.reservedFor of ResourceClaim {meta['namespace']}/{meta['name']}")
+        allocation = status.get("allocation")
+        if not allocation:
+            raise PrepareError(f"ResourceClaim {meta['namespace']}/{meta['name']} is not allocated")
+        known = self.claims.get(meta["uid"])
+        if known is not None:
+            return known
+        results = (allocation.get("devices") or {}).get("results") or []
+        return ClaimInfo(
+            uid=meta["uid"],
+            namespace=meta["namespace"],
+            name=meta["name"],
+            drivers=sorted({r["driver"] for r in results}),
+        )
+
+    async def _prepare_batch(self, driver: str, infos: Sequence[ClaimInfo]) -> None:
+        inst = self.plugins.instance_for(driver)
+        if inst is None:
+            raise PrepareError(f"DRA driver {driver} is not registered on node {self.node_name}")
+        refs = [i.ref for i in infos]
+        self.calls.append(("NodePrepareResources", driver, [r.uid for r in refs]))
+        try:
+            answer = await inst.connection.prepare(refs, version=inst.registration.dra_version)
+        except DraCallError as exc:
+            raise PrepareError(f"NodePrepareResources of {driver} failed: {exc}") from exc
+        unknown = set(answer) - {r.uid for r in refs}
+        if unknown:
+            raise PrepareError(f"{driver} answered for claims it was not asked about: {sorted(unknown)}")
+        for info in infos:
+            result = answer.get(info.uid)
+            if result is None:
+                raise PrepareError(f"{driver} returned no result for claim {info.namespace}/{info.name}")
+            if result.error:
+                raise PrepareError(f"prepare of claim {info.namespace}/{info.name} by {driver} failed: {result.error}")
+            info.devices[driver] = list(result.devices)
+
+    async def unprepare_pod(self, pod_uid: str) -> None:
+        """Release the pod's claims; unprepare (per driver) those no other pod uses. Raises PrepareError to retry."""
+        async with self._lock:
+            for info in self.claims_of_pod(pod_uid):
+                info.pod_uids.discard(pod_uid)
+            self._save()
+            orphans = [c for c in self.claims.values() if not c.pod_uids]
+            for driver in sorted({d for c in orphans for d in c.devices}):
+                batch = [c for c in orphans if driver in c.devices]
+                await self._unprepare_batch(driver, batch)
+            for c in orphans:
+                if not c.devices:
+                    del self.claims[c.uid]
+            self._save()
+
+    async def _unprepare_batch(self, driver: str, infos: Sequence[ClaimInfo]) -> None:
+        inst = self.plugins.instance_for(driver)
+        if inst is None:
+            raise PrepareError(f"cannot unprepare: DRA driver {driver} is not registered on node {self.node_name}")
+        refs = [i.ref for i in infos]
+        self.calls.append(("NodeUnprepareResources", driver, [r.uid for r in refs]))
+        try:
+            answer = await inst.connection.unprepare(refs, version=inst.registration.dra_version)
+        except DraCallError as exc:
+            raise PrepareError(f"NodeUnprepareResources of {driver} failed: {exc}") from exc
+        failed = []
+        for info in infos:
+            error = answer.get(info.uid)
+            if error is None:
+                failed.append(f"{info.namespace}/{info.name}: no result")
+            elif error:
+                failed.append(f"{info.namespace}/{info.name}: {error}")
+            else:
+                info.devices.pop(driver, None)
+        self._save()
+        if failed:
+            raise PrepareError(f"unprepare by {driver} failed: {'; '.join(failed)}")
+
+    def device_users(self, *, driver: str, pool: str, device: str) -> list[tuple[ClaimInfo, PreparedDevice]]:
+        """Claims (and the prepared device entry) that hold a device — to map health reports to pods."""
+        found = []
+        for info in self.claims.values():
+            for d in info.devices.get(driver, []):
+                if d.pool == pool and d.device == device:
+                    found.append((info, d))
+        return found

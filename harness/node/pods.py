@@ -1,0 +1,459 @@
+"""Pod lifecycle on an emulated node: sandbox, DRA prepare, containers under runc, status, termination.
+
+One worker task per pod UID. The worker never blocks the event loop: API calls, runc and netlink run in threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import cdi
+from harness.node.dra_manager import PrepareError
+from harness.node.events import FAILED_PREPARE, FAILED_UNPREPARE, record_event
+from harness.node.netdevices import apply_net_devices, release_net_devices
+from harness.node.podclaims import compute_container_cdi_ids
+from harness.runtime.netns import create_netns, delete_netns, netns_name, netns_path
+from harness.runtime.oci import render_container_spec
+from harness.runtime.rootfs import clone_rootfs
+from harness.runtime.runc import Container
+from kubeclient import ApiError
+from kubeclient.resources import PODS
+from kubeletapi.types import PreparedDevice
+
+if TYPE_CHECKING:
+    from harness.node.emulator import NodeEmulator
+
+log = logging.getLogger("harness.node.pods")
+
+POLL_SECONDS: Final = 0.2
+BACKOFF_START: Final = 0.5
+BACKOFF_MAX: Final = 10.0
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(kw_only=True)
+class ContainerRun:
+    name: str
+    container: Container | None = None
+    started_at: str = ""
+    finished_at: str = ""
+    exit_code: int | None = None
+    restarts: int = 0
+    waiting_reason: str = "ContainerCreating"
+    waiting_message: str = ""
+    next_start: float = 0.0
+
+
+@dataclass(kw_only=True)
+class PodWorker:
+    node: NodeEmulator
+    uid: str
+    pod: dict[str, Any]
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    gone: bool = False
+    """The pod object was deleted from the API (force delete, or we finished its termination)."""
+    prepared: dict[str, list[PreparedDevice]] | None = None
+    containers: dict[str, ContainerRun] = field(default_factory=dict)
+    sandbox: str | None = None
+    start_time: str = ""
+    phase: str = "Pending"
+    prepare_error: str = ""
+    backoff: float = BACKOFF_START
+    next_attempt: float = 0.0
+    cleaned: bool = False
+    last_status: dict[str, Any] | None = None
+    transitions: dict[str, tuple[bool, str]] = field(default_factory=dict)
+    adopted: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.pod['metadata']['namespace']}/{self.pod['metadata']['name']}"
+
+    @property
+    def dir(self) -> Path:
+        return self.node.paths.pods / self.uid
+
+    def update(self, pod: dict[str, Any] | None) -> None:
+        if pod is None:
+            self.gone = True
+        else:
+            self.pod = pod
+        self.changed.set()
+
+    # -- the loop ------------------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            while True:
+                if self.gone or self.pod["metadata"].get("deletionTimestamp"):
+                    await self._terminate()
+                    return
+                if self.phase in ("Succeeded", "Failed"):
+                    await self._cleanup()
+                elif self.prepared is None:
+                    await self._try_prepare()
+                else:
+                    await self._drive_containers()
+                await self._publish_status()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.changed.wait(), POLL_SECONDS)
+                self.changed.clear()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("pod worker crashed", extra={"fields": {"pod": self.name}})
+            raise
+
+    async def _try_prepare(self) -> None:
+        if time.monotonic() < self.next_attempt:
+            return
+        try:
+            if self.sandbox is None:
+                self.sandbox = await asyncio.to_thread(self._create_sandbox)
+            self.prepared = await self.node.dra.prepare_pod(self.pod)
+            self.prepare_error = ""
+            self.backoff = BACKOFF_START
+            self.start_time = self.start_time or _now()
+            for c in self._init_containers() + self._containers():
+                self.containers.setdefault(c["name"], ContainerRun(name=c["name"]))
+            if not self.adopted:
+                self.adopted = True
+                await asyncio.to_thread(self._adopt_existing)
+        except PrepareError as exc:
+            self.prepare_error = str(exc)
+            self.next_attempt = time.monotonic() + self.backoff
+            self.backoff = min(self.backoff * 2, BACKOFF_MAX)
+            log.warning("prepare failed", extra={"fields": {"pod": self.name, "error": str(exc)}})
+            await asyncio.to_thread(
+                record_event,
+                self.node.client,
+                pod=self.pod,
+                node=self.node.name,
+                reason=FAILED_PREPARE,
+                message=str(exc),
+                warning=True,
+            )
+
+    def _adopt_existing(self) -> None:
+        """After an emulator restart, take back the containers an earlier process started (newest attempt each)."""
+        for run in self.containers.values():
+            bundles = sorted(self.dir.glob(f"{run.name}-*"), key=lambda p: int(p.name.rsplit("-", 1)[1]))
+            if not bundles:
+                continue
+            attempt = int(bundles[-1].name.rsplit("-", 1)[1])
+            cid = f"{self.node.run.run_id}-{self.uid[:13]}-{run.name}-{attempt}"[:120]
+            container = self.node.runtime.adopt(container_id=cid, bundle=bundles[-1])
+            if container.exit_code() is None and not container.running():
+                continue  # never started, or lost with a node reboot: start afresh
+            run.container, run.restarts = container, attempt
+            run.started_at = run.started_at or _now()
+            run.waiting_reason = ""
+            code = container.exit_code()
+            if code is not None:
+                run.exit_code, run.finished_at = code, _now()
+
+    def _create_sandbox(self) -> str:
+        name = netns_name(run_id=self.node.run.run_id, suffix=self.uid[:13])
+        if not netns_path(name).exists():
+            create_netns(name)
+        return name
+
+    def _init_containers(self) -> list[dict[str, Any]]:
+        return list(self.pod["spec"].get("initContainers") or [])
+
+    def _containers(self) -> list[dict[str, Any]]:
+        return list(self.pod["spec"].get("containers") or [])
+
+    async def _drive_containers(self) -> None:
+        restart = self.pod["spec"].get("restartPolicy", "Always")
+        inits = self._init_containers()
+        for spec in inits:
+            run = self.containers[spec["name"]]
+            await self._observe(run)
+            if run.exit_code == 0:
+                continue
+            if run.container is None or (run.exit_code is not None and restart != "Never"):
+                await self._start(spec, run)
+                return
+            if run.exit_code is not None:
+                self.phase = "Failed"
+            return  # init containers run one at a time, in order
+        for spec in self._containers():
+            run = self.containers[spec["name"]]
+            await self._observe(run)
+            wants_restart = run.exit_code is not None and (
+                restart == "Always" or (restart == "OnFailure" and run.exit_code != 0)
+            )
+            if run.container is None or wants_restart:
+                await self._start(spec, run)
+        self.phase = self._compute_phase(restart)
+
+    def _compute_phase(self, restart: str) -> str:
+        runs = [self.containers[c["name"]] for c in self._containers()]
+        if any(r.container is not None and r.exit_code is None for r in runs):
+            return "Running"
+        if runs and all(r.exit_code is not None for r in runs):
+            if restart == "Never" or (restart == "OnFailure" and all(r.exit_code == 0 for r in runs)):
+                return "Succeeded" if all(r.exit_code == 0 for r in runs) else "Failed"
+            return "Running"
+        return "Pending"
+
+    async def _observe(self, run: ContainerRun) -> None:
+        if run.container is None or run.exit_code is not None:
+            return
+        code = await asyncio.to_thread(run.container.exit_code)
+        if code is not None:
+            run.exit_code = code
+            run.finished_at = _now()
+            await asyncio.to_thread(run.container.runtime.delete, run.container.container_id)
+
+    async def _start(self, spec: Mapping[str, Any], run: ContainerRun) -> None:
+        if time.monotonic() < run.next_start:
+            return
+        if run.container is not None:
+            run.restarts += 1
+        try:
+            run.container = await asyncio.to_thread(self._launch, spec, run.restarts)
+            run.exit_code, run.started_at, run.finished_at = None, _now(), ""
+            run.waiting_reason = run.waiting_message = ""
+        except (cdi.CdiError, OSError, ValueError) as exc:
+            run.container = None
+            run.waiting_reason, run.waiting_message = "CreateContainerError", str(exc)
+            run.next_start = time.monotonic() + BACKOFF_MAX / 2
+            log.warning(
+                "container start failed", extra={"fields": {"pod": self.name, "container": run.name, "error": str(exc)}}
+            )
+
+    def _launch(self, spec: Mapping[str, Any], attempt: int) -> Container:
+        assert self.prepared is not None and self.sandbox is not None
+        name = spec["name"]
+        cid = f"{self.node.run.run_id}-{self.uid[:13]}-{name}-{attempt}"[:120]
+        bundle = self.dir / f"{name}-{attempt}"
+        rootfs = bundle / "rootfs"
+        if not rootfs.exists():
+            clone_rootfs(template=self.node.rootfs_template, destination=rootfs)
+        args = [*(spec.get("command") or []), *(spec.get("args") or [])] or ["sh"]
+        oci = render_container_spec(
+            args=args,
+            env=self._env(spec),
+            rootfs=rootfs,
+            hostname=self.pod["metadata"]["name"][:63],
+            netns_path=netns_path(self.sandbox),
+            cwd=spec.get("workingDir") or "/",
+        )
+        ids = compute_container_cdi_ids(pod=self.pod, container=spec, prepared=self.prepared)
+        if ids:
+            registry = cdi.load_registry(spec_dirs=list(self.node.settings.cdi_dirs or (self.node.paths.cdi,)))
+            oci = cdi.inject_devices(oci_spec=oci, registry=registry, device_ids=ids)
+        oci = apply_net_devices(oci, sandbox=self.sandbox, source_netns=self.node.settings.node_netns)
+        (self.dir / "cdi-ids").mkdir(parents=True, exist_ok=True)
+        (self.dir / "cdi-ids" / name).write_text("\n".join(ids) + ("\n" if ids else ""))
+        return self.node.runtime.run(container_id=cid, bundle=bundle, spec=oci, run=self.node.run)
+
+    def _env(self, spec: Mapping[str, Any]) -> dict[str, str]:
+        meta = self.pod["metadata"]
+        fields = {
+            "metadata.name": meta["name"],
+            "metadata.namespace": meta["namespace"],
+            "metadata.uid": meta["uid"],
+            "spec.nodeName": self.node.name,
+            "status.hostIP": "127.0.0.1",
+        }
+        env: dict[str, str] = {}
+        for e in spec.get("env") or []:
+            if "value" in e:
+                env[e["name"]] = str(e["value"])
+            elif (ref := (e.get("valueFrom") or {}).get("fieldRef")) and ref.get("fieldPath") in fields:
+                env[e["name"]] = fields[ref["fieldPath"]]
+        return env
+
+    # -- termination ---------------------------------------------------------------------------------------------
+
+    async def stop_containers(self, *, grace: float) -> None:
+        for run in self.containers.values():
+            if run.container is not None and run.exit_code is None:
+                code = await asyncio.to_thread(run.container.stop, timeout=grace)
+                run.exit_code = 137 if code is None else code
+                run.finished_at = _now()
+
+    async def _cleanup(self) -> bool:
+        """Containers stopped, claims unprepared (retried until it works), sandbox removed. True when done."""
+        if self.cleaned:
+            return True
+        meta, spec = self.pod["metadata"], self.pod["spec"]
+        grace = meta.get("deletionGracePeriodSeconds")
+        await self.stop_containers(
+            grace=float(spec.get("terminationGracePeriodSeconds", 30) if grace is None else grace)
+        )
+        if time.monotonic() < self.next_attempt:
+            return False
+        try:
+            await self.node.dra.unprepare_pod(self.uid)
+        except PrepareError as exc:
+            self.next_attempt = time.monotonic() + self.backoff
+            self.backoff = min(self.backoff * 2, BACKOFF_MAX)
+            if not self.gone:
+                await asyncio.to_thread(
+                    record_event,
+                    self.node.client,
+                    pod=self.pod,
+                    node=self.node.name,
+                    reason=FAILED_UNPREPARE,
+                    message=str(exc),
+                    warning=True,
+                )
+            return False
+        if self.sandbox is not None:
+            await asyncio.to_thread(
+                release_net_devices, sandbox=self.sandbox, target_netns=self.node.settings.node_netns
+            )
+            await asyncio.to_thread(delete_netns, self.sandbox)
+        self.cleaned = True
+        return True
+
+    async def _terminate(self) -> None:
+        """The kubelet's part of deletion: stop, unprepare until it succeeds, then remove the pod object."""
+        while not await self._cleanup():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), POLL_SECONDS)
+            self.changed.clear()
+        if self.phase not in ("Succeeded", "Failed"):
+            self.phase = (
+                "Failed" if any(r.exit_code not in (0, None) for r in self.containers.values()) else "Succeeded"
+            )
+        if not self.gone:
+            await self._publish_status()
+            with contextlib.suppress(ApiError):
+                await asyncio.to_thread(self._final_delete)
+        self.node.forget(self.uid)
+
+    def _final_delete(self) -> None:
+        meta = self.pod["metadata"]
+        self.node.client.request(
+            "DELETE",
+            PODS.path(namespace=meta["namespace"], name=meta["name"]),
+            body={"gracePeriodSeconds": 0, "preconditions": {"uid": self.uid}},
+        )
+
+    # -- status --------------------------------------------------------------------------------------------------
+
+    def render_status(self) -> dict[str, Any]:
+        ready = self.phase == "Running" and all(
+            r.container is not None and r.exit_code is None
+            for r in (self.containers.get(c["name"]) for c in self._containers())
+            if r is not None
+        )
+        inits_done = all(
+            (self.containers.get(c["name"]) or ContainerRun(name="")).exit_code == 0 for c in self._init_containers()
+        )
+        started = self.prepared is not None
+        conditions = [
+            self._condition("PodReadyToStartContainers", started),
+            self._condition("Initialized", started and inits_done),
+            self._condition("ContainersReady", ready),
+            self._condition("Ready", ready),
+        ]
+        status: dict[str, Any] = {
+            "phase": self.phase,
+            "conditions": conditions,
+            "hostIP": "127.0.0.1",
+            "hostIPs": [{"ip": "127.0.0.1"}],
+            "containerStatuses": [self._container_status(c) for c in self._containers()],
+        }
+        if self._init_containers():
+            status["initContainerStatuses"] = [self._container_status(c) for c in self._init_containers()]
+        if self.start_time:
+            status["startTime"] = self.start_time
+        if self.prepare_error and self.prepared is None:
+            status["message"] = self.prepare_error[:1000]
+            status["reason"] = FAILED_PREPARE
+        return status
+
+    def _container_status(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+        run = self.containers.get(spec["name"]) or ContainerRun(name=spec["name"])
+        state: dict[str, Any]
+        if run.container is not None and run.exit_code is None:
+            state = {"running": {"startedAt": run.started_at}}
+        elif run.exit_code is not None:
+            state = {
+                "terminated": {
+                    "exitCode": run.exit_code,
+                    "reason": "Completed" if run.exit_code == 0 else "Error",
+                    "startedAt": run.started_at,
+                    "finishedAt": run.finished_at,
+                }
+            }
+        else:
+            state = {
+                "waiting": {
+                    "reason": run.waiting_reason or "ContainerCreating",
+                    **({"message": run.waiting_message} if run.waiting_message else {}),
+                }
+            }
+        entry: dict[str, Any] = {
+            "name": spec["name"],
+            "state": state,
+            "ready": "running" in state,
+            "started": "running" in state,
+            "restartCount": run.restarts,
+            "image": spec.get("image", ""),
+            "imageID": "",
+        }
+        if run.container is not None:
+            entry["containerID"] = f"runc://{run.container.container_id}"
+        health = self.node.health_status(pod=self.pod, container=spec)
+        if health:
+            entry["allocatedResourcesStatus"] = health
+        return entry
+
+    async def _publish_status(self) -> None:
+        if self.gone:
+            return
+        status = self.render_status()
+        if status == self.last_status:
+            return
+        meta = self.pod["metadata"]
+        try:
+            await asyncio.to_thread(
+                self.node.client.patch,
+                PODS,
+                meta["name"],
+                {"status": status},
+                namespace=meta["namespace"],
+                subresource="status",
+                patch_type="strategic",
+            )
+            self.last_status = status
+        except ApiError as exc:
+            if exc.status == 404:
+                self.gone = True
+            else:
+                log.warning("pod status update failed", extra={"fields": {"pod": self.name, "error": str(exc)}})
+
+    def _condition(self, kind: str, value: bool) -> dict[str, Any]:
+        """A pod condition whose lastTransitionTime moves only when its status does."""
+        previous = self.transitions.get(kind)
+        if previous is None or previous[0] != value:
+            previous = (value, _now())
+            self.transitions[kind] = previous
+        return {"type": kind, "status": "True" if value else "False", "lastTransitionTime": previous[1]}
+
+    def container_logs(self, container: str | None = None) -> str:
+        names = [container] if container else [c["name"] for c in self._containers()]
+        out = []
+        for n in names:
+            run = self.containers.get(n)
+            if run and run.container is not None and run.container.log_path.exists():
+                out.append(run.container.log_path.read_text(errors="replace"))
+        return "".join(out)
