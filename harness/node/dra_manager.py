@@ -37,7 +37,7 @@ class PrepareError(HarnessError):
     """The pod cannot start yet; the message is what the kubelet would put in a FailedPrepareDynamicResources event."""
 
 
-class CheckpointCorrupt(HarnessError):
+class CheckpointCorruptError(HarnessError):
     """The emulator's DRA checkpoint failed its checksum."""
 
 
@@ -116,13 +116,13 @@ def parse_checkpoint(raw: bytes, *, source: str) -> dict[str, ClaimInfo]:
         outer = json.loads(raw)
         data = outer["Data"]
         if zlib.crc32(data.encode()) != outer["Checksum"]:
-            raise CheckpointCorrupt(f"{source}: checksum mismatch; refusing to start (as the kubelet does)")
+            raise CheckpointCorruptError(f"{source}: checksum mismatch; refusing to start (as the kubelet does)")
         inner = json.loads(data)
         if inner.get("version") != CHECKPOINT_VERSION:
-            raise CheckpointCorrupt(f"{source}: unknown version {inner.get('version')!r}")
+            raise CheckpointCorruptError(f"{source}: unknown version {inner.get('version')!r}")
         return {e["uid"]: ClaimInfo.from_json(e) for e in inner["entries"]}
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise CheckpointCorrupt(f"{source}: unreadable checkpoint: {exc}") from exc
+        raise CheckpointCorruptError(f"{source}: unreadable checkpoint: {exc}") from exc
 
 
 @dataclass(kw_only=True)

@@ -441,7 +441,7 @@ class PodWorker:
             else:
                 log.warning("pod status update failed", extra={"fields": {"pod": self.name, "error": str(exc)}})
 
-    def _condition(self, kind: str, value: bool) -> dict[str, Any]:
+    def _condition(self, kind: str, value: bool) -> dict[str, Any]:  # noqa: FBT001 - (type, status) pair
         """A pod condition whose lastTransitionTime moves only when its status does."""
         previous = self.transitions.get(kind)
         if previous is None or previous[0] != value:

@@ -59,10 +59,9 @@ def delete_netns(name: str) -> None:
 
 
 def list_netns(prefix: str = "fakedev-") -> list[str]:
-    try:
-        return sorted(n for n in os.listdir(NETNS_DIR) if n.startswith(prefix) and not n.startswith("."))
-    except FileNotFoundError:
+    if not NETNS_DIR.is_dir():
         return []
+    return sorted(p.name for p in NETNS_DIR.iterdir() if p.name.startswith(prefix))
 
 
 def list_run_netns(run_id: str) -> list[str]:

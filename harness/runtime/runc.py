@@ -115,7 +115,8 @@ class Runc:
         (bundle / "config.json").write_text(json.dumps(spec, indent=1))
         runc = shlex.join(self._cmd("run", "--bundle", str(bundle), container_id))
         exit_tmp, exit_file = shlex.quote(str(bundle / "exit.tmp")), shlex.quote(str(bundle / EXIT_FILE))
-        shim = f"{runc} </dev/null >>{shlex.quote(str(bundle / LOG_FILE))} 2>&1; echo $? >{exit_tmp}; mv {exit_tmp} {exit_file}"
+        log = shlex.quote(str(bundle / LOG_FILE))
+        shim = f"{runc} </dev/null >>{log} 2>&1; echo $? >{exit_tmp}; mv {exit_tmp} {exit_file}"
         # The outer shell backgrounds the shim and exits at once, so the shim is nobody's child here.
         launcher = start_process(
             name=f"shim-{container_id}",
