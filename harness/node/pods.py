@@ -359,10 +359,10 @@ class PodWorker:
         )
         started = self.prepared is not None
         conditions = [
-            self._condition("PodReadyToStartContainers", started),
-            self._condition("Initialized", started and inits_done),
-            self._condition("ContainersReady", ready),
-            self._condition("Ready", ready),
+            self._condition("PodReadyToStartContainers", value=started),
+            self._condition("Initialized", value=started and inits_done),
+            self._condition("ContainersReady", value=ready),
+            self._condition("Ready", value=ready),
         ]
         status: dict[str, Any] = {
             "phase": self.phase,
@@ -441,7 +441,7 @@ class PodWorker:
             else:
                 log.warning("pod status update failed", extra={"fields": {"pod": self.name, "error": str(exc)}})
 
-    def _condition(self, kind: str, value: bool) -> dict[str, Any]:  # noqa: FBT001 - (type, status) pair
+    def _condition(self, kind: str, *, value: bool) -> dict[str, Any]:
         """A pod condition whose lastTransitionTime moves only when its status does."""
         previous = self.transitions.get(kind)
         if previous is None or previous[0] != value:
