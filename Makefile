@@ -27,6 +27,7 @@ venv: $(STAMP) ## Create .venv with fakedev and its tools (then .venv/bin/fakede
 
 build: deps venv ## Build (or reuse the cache of) the Kubernetes 1.37 control-plane binaries
 	$(FAKEDEV) cluster build
+	$(PY) -m harness.conformance.exdriver
 
 run: build ## Local control plane + emulated dgx-h100 node + the default drills, with a report
 	$(FAKEDEV) run

@@ -3,7 +3,9 @@
 The conformance suite points our kubelet emulator at it to check that the emulator works with a real third-party
 driver, not only with ``fakedev``. It is built from the Go module proxy through the wrapper module in
 ``gomod/dra-example-driver`` (the upstream go.mod has no replace directives, so a plain ``require`` suffices) by
-:func:`harness.cluster.build.build_group`, and cached under ``<cache>/dra-example-driver/<version>/``.
+:func:`harness.cluster.build.build_group`, and cached under ``<cache>/dra-example-driver/<version>/``. It needs no
+cgo and builds with the shared flags (``CGO_ENABLED=0``, the control plane's build tags); cold, about 1.5 minutes on
+2 cores, a 50 MB binary.
 
 What v0.4.0 does (observed against our 1.37 control plane; it links ``k8s.io/dynamic-resource-allocation`` v0.36.2):
 
@@ -31,11 +33,13 @@ What v0.4.0 does (observed against our 1.37 control plane; it links ``k8s.io/dyn
   0 = a random port, only visible in the log), and there is no flag to bind 127.0.0.1, so we keep them off unless a
   caller opts in. The health port serves ``grpc.health.v1`` (services ``""`` and ``liveness``), which calls the
   plugin's own ``GetInfo`` and an empty ``NodePrepareResources``.
-- **ResourceSlices.** One slice ``00000-gpu.example.com-<node>-<random>``, owned by the Node (``controller: true``,
-  so the Node must exist), pool ``<node>`` generation 1, ``resourceSliceCount`` 1, devices ``gpu-0`` …
-  ``gpu-<n-1>`` with attributes ``index`` (int), ``uuid`` (string, seeded by the node name), ``model``
-  (``LATEST-GPU-MODEL``), ``driverVersion`` (version ``1.0.0``), capacity ``memory`` 80Gi and ``compute`` 100,
-  ``allowMultipleAllocations: false``. Slices stay after the plugin stops (the kubelet wipes them).
+- **ResourceSlices.** One slice ``00000-gpu.example.com-<node>-<random>``, owned by the Node (``controller: true``).
+  Without the Node it keeps running and registered, logging ``retrieve node … not found`` with exponential backoff,
+  and publishes once the Node appears (seconds later, backoff permitting). Pool ``<node>`` generation 1,
+  ``resourceSliceCount`` 1, devices ``gpu-0`` … ``gpu-<n-1>`` with attributes ``index`` (int), ``uuid`` (string,
+  seeded by the node name), ``model`` (``LATEST-GPU-MODEL``), ``driverVersion`` (version ``1.0.0``), capacity
+  ``memory`` 80Gi and ``compute`` 100, ``allowMultipleAllocations: false``. Slices stay after the plugin stops (the
+  kubelet wipes them).
 - **Prepare.** The helper GETs the claim (falling back to v1beta2 and v1beta1 on 404); a missing claim fails the
   whole RPC (gRPC ``UNKNOWN``), not just its entry. Each device returns two CDI IDs:
   ``k8s.gpu.example.com/gpu=common`` and ``k8s.gpu.example.com/gpu=<claimUID>-<device>``. Prepare is idempotent
@@ -79,7 +83,6 @@ EXAMPLE_DRIVER_VERSION: Final = "v0.4.0"
 KUBELET_PLUGIN: Final = "dra-example-kubeletplugin"
 DRIVER_NAME: Final = "gpu.example.com"
 DEVICE_PROFILE: Final = "gpu"
-CDI_KIND: Final = f"k8s.{DRIVER_NAME}/{DEVICE_PROFILE}"
 BUILD_COMMAND: Final = ".venv/bin/python -m harness.conformance.exdriver"
 
 MAX_SOCKET_PATH: Final = 107
@@ -221,9 +224,9 @@ def render_example_driver_args(
     ``healthcheck_port``/``metrics_port``: ``None`` disables the server; an int (0 = random) enables it on every
     interface, because the driver cannot bind to loopback only.
     """
-    for name, path in (("binary", binary), ("kubelet_root", kubelet_root), ("cdi_dir", cdi_dir)):
+    paths = {"binary": binary, "kubelet_root": kubelet_root, "cdi_dir": cdi_dir, "kubeconfig": kubeconfig}
+    for name, path in paths.items():
         _require_absolute(name, path)
-    _require_absolute("kubeconfig", kubeconfig)
     # Never let a test driver register with, or write CDI specs for, the host's real kubelet and runtime.
     if PurePath(kubelet_root) == HOST_KUBELET_ROOT:
         raise ValueError(f"kubelet_root must be a private directory, not the host's {HOST_KUBELET_ROOT}")

@@ -44,9 +44,7 @@ def test_container_runs_in_the_pod_network_namespace(run: RunDir, template: Path
             hostname="pod-a",
             netns_path=path,
         )
-        container = Runc.for_run(run).run(
-            container_id=f"{run.run_id}-c1", bundle=run.path / "c1", spec=spec, run=run
-        )
+        container = Runc.for_run(run).run(container_id=f"{run.run_id}-c1", bundle=run.path / "c1", spec=spec, run=run)
         assert container.wait(timeout=30) == 0
         container.stop()
         lines = container.log_path.read_text().splitlines()
@@ -60,9 +58,7 @@ def test_container_runs_in_the_pod_network_namespace(run: RunDir, template: Path
 def test_exit_code_is_the_containers(run: RunDir, template: Path) -> None:
     rootfs = clone_rootfs(template=template, destination=run.path / "c2" / "rootfs")
     spec = render_container_spec(args=["sh", "-c", "exit 7"], env={}, rootfs=rootfs, hostname="x", netns_path=None)
-    container = Runc.for_run(run).run(
-        container_id=f"{run.run_id}-c2", bundle=run.path / "c2", spec=spec, run=run
-    )
+    container = Runc.for_run(run).run(container_id=f"{run.run_id}-c2", bundle=run.path / "c2", spec=spec, run=run)
     assert container.wait(timeout=30) == 7
     container.stop()
 

@@ -1,0 +1,61 @@
+"""Run node emulators on an event loop in a background thread, for synchronous callers (tests, drills)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from harness.node.emulator import NodeEmulator, NodeSettings
+from kubeclient import KubeClient
+
+T = TypeVar("T")
+
+
+@dataclass(kw_only=True)
+class BackgroundLoop:
+    """An asyncio loop in a daemon thread; ``call`` runs a coroutine there and waits for its result."""
+
+    loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.loop.run_forever, name="emulator-loop", daemon=True)
+        self._thread.start()
+
+    def call(self, coro: Coroutine[Any, Any, T], *, timeout: float = 120.0) -> T:
+        future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return future.result(timeout=timeout)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self.loop.close()
+
+
+@dataclass(kw_only=True)
+class BackgroundNode:
+    """One emulated node on a background loop; ``restart()`` is a kubelet restart (containers keep running)."""
+
+    settings: NodeSettings
+    client: KubeClient
+    loop: BackgroundLoop
+    node: NodeEmulator | None = None
+
+    def start(self) -> NodeEmulator:
+        self.node = NodeEmulator(settings=self.settings, client=self.client)
+        self.loop.call(self.node.start())
+        return self.node
+
+    def stop(self, *, stop_pods: bool = False) -> None:
+        if self.node is not None:
+            self.loop.call(self.node.stop(stop_pods=stop_pods))
+            self.node = None
+
+    def restart(self) -> NodeEmulator:
+        self.stop()
+        return self.start()
