@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from fakedev.cli import cluster as cluster_cmd
+from fakedev.cli import conformance as conformance_cmd
 from fakedev.cli import fault as fault_cmd
 from fakedev.cli import node as node_cmd
 from fakedev.cli import plugin as plugin_cmd
@@ -29,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     cluster_cmd.add_parser(sub)
+    conformance_cmd.add_parser(sub)
     fault_cmd.add_parser(sub)
     node_cmd.add_parser(sub)
     plugin_cmd.add_parser(sub)

@@ -17,7 +17,7 @@ from fakedev.render import default_schemas
 from harness.cluster import daemon
 from harness.cluster.nodes import NodeHeartbeats
 from harness.errors import ClusterStateError
-from harness.node.drivers import DriverContext, DriverProcess
+from harness.node.drivers import DriverContext, DriverProcess, template_driver
 from harness.node.emulator import NodeEmulator, NodeSettings, node_root
 from harness.procs import default_run_base
 from kubeclient import KubeClient
@@ -134,7 +134,7 @@ def _run(args: argparse.Namespace) -> int:
                 for schema in schemas:
                     d = DriverProcess(
                         name=f"plugin-{schema.value}",
-                        template=plugin_command(profile=args.profile, schema=schema.value),
+                        spec=template_driver(plugin_command(profile=args.profile, schema=schema.value)),
                         context=DriverContext(
                             node=name,
                             kubelet_root=node.paths.kubelet_root,

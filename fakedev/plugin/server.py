@@ -81,7 +81,7 @@ class PluginServer:
 
     @staticmethod
     def _bind(server: aio.Server, path: Path) -> None:
-        if server.add_insecure_port(f"unix://{path}") == 0:
+        if server.add_insecure_port(f"unix:{path}") == 0:
             raise FakedevError(f"cannot listen on {path}")
 
     async def stop(self, *, grace: float = 1.0) -> None:

@@ -60,6 +60,7 @@ What v0.4.0 does (observed against our 1.37 control plane; it links ``k8s.io/dyn
 from __future__ import annotations
 
 import fcntl
+import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -77,6 +78,7 @@ from harness.cluster.build import (
     default_cache_root,
 )
 from harness.errors import BuildError
+from harness.node.drivers import DriverSpec
 
 EXAMPLE_DRIVER_VERSION: Final = "v0.4.0"
 """The newest tag the Go module proxy serves (main had only dependency bumps past it and is not served)."""
@@ -281,6 +283,23 @@ def example_driver_env(*, base: Mapping[str, str], node_name: str) -> dict[str, 
     }
     env["NODE_NAME"] = node_name
     return env
+
+
+def example_driver_spec(*, num_devices: int = 8, cache_root: Path | None = None) -> DriverSpec:
+    """The example driver as a :class:`DriverSpec` for emulated nodes and the conformance suite."""
+    binary = example_driver_binary(cache_root=cache_root)
+    return DriverSpec(
+        argv=lambda ctx: render_example_driver_args(
+            binary=binary,
+            node_name=ctx.node,
+            kubelet_root=ctx.kubelet_root,
+            cdi_dir=ctx.cdi_dir,
+            kubeconfig=ctx.kubeconfig,
+            num_devices=num_devices,
+        ),
+        env=lambda ctx: example_driver_env(base=os.environ, node_name=ctx.node),
+        description=f"sigs.k8s.io/dra-example-driver {EXAMPLE_DRIVER.version} kubelet plugin",
+    )
 
 
 def build_example_driver(*, progress: Progress, cache_root: Path | None = None, force: bool = False) -> Path:

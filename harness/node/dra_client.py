@@ -48,7 +48,9 @@ class DraConnection:
     channel: aio.Channel = field(init=False)
 
     def __post_init__(self) -> None:
-        self.channel = aio.insecure_channel(f"unix://{self.endpoint}")
+        # A private subchannel pool: gRPC would otherwise share one socket among channels to the same target, and
+        # "one connection per endpoint" must mean this object's connection, as in the kubelet.
+        self.channel = aio.insecure_channel(f"unix:{self.endpoint}", options=[("grpc.use_local_subchannel_pool", 1)])
 
     def state(self) -> grpc.ChannelConnectivity:
         return self.channel.get_state(try_to_connect=False)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import signal
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import ComponentError
@@ -60,15 +61,32 @@ def render_driver_argv(template: tuple[str, ...], *, context: DriverContext) -> 
     return out
 
 
+@dataclass(frozen=True, kw_only=True)
+class DriverSpec:
+    """How to run a driver for a node: its argv and environment, computed from the node's context."""
+
+    argv: Callable[[DriverContext], list[str]]
+    env: Callable[[DriverContext], dict[str, str]]
+    description: str
+
+
+def template_driver(template: tuple[str, ...]) -> DriverSpec:
+    """A driver given as a command line with placeholders, getting the standard environment on top of ours."""
+    return DriverSpec(
+        argv=lambda ctx: render_driver_argv(template, context=ctx),
+        env=lambda ctx: {**os.environ, **ctx.env()},
+        description=" ".join(template),
+    )
+
+
 @dataclass(kw_only=True)
 class DriverProcess:
     """One driver process for one node; restartable, killable, stoppable — what drills need."""
 
     name: str
-    template: tuple[str, ...]
+    spec: DriverSpec
     context: DriverContext
     run: RunDir
-    extra_env: dict[str, str] = field(default_factory=dict)
     process: Process | None = None
     starts: int = 0
 
@@ -77,8 +95,8 @@ class DriverProcess:
         return self.run.path / "logs" / f"{self.name}.log"
 
     def start(self) -> None:
-        argv = render_driver_argv(self.template, context=self.context)
-        env = {**os.environ, **self.context.env(), **self.extra_env}
+        argv = self.spec.argv(self.context)
+        env = self.spec.env(self.context)
         self.process = start_process(name=self.name, argv=argv, run=self.run, log_path=self.log_path, env=env)
         self.starts += 1
 

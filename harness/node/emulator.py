@@ -98,6 +98,8 @@ class NodeSettings:
     labels: Mapping[str, str] = field(default_factory=dict)
     capacity: Mapping[str, str] | None = None
     rootfs_cache: Path | None = None
+    unmanaged_label: str | None = None
+    """Pods carrying this label (value "true") are left alone: the conformance suite prepares their claims itself."""
 
 
 @dataclass(kw_only=True)
@@ -203,6 +205,8 @@ class NodeEmulator:
                     elif event.get("type") == "DELETED":
                         self._post(self._on_pod_deleted, obj["metadata"]["uid"])
             except ApiError as exc:
+                if self._stopping.is_set():
+                    return
                 log.warning("pod watch failed; relisting", extra={"fields": {"node": self.name, "error": str(exc)}})
                 version = None
                 self._stopping.wait(1.0)
@@ -222,6 +226,9 @@ class NodeEmulator:
 
     def _on_pod(self, pod: dict[str, Any]) -> None:
         if self._stopping.is_set():
+            return
+        label = self.settings.unmanaged_label
+        if label and (pod["metadata"].get("labels") or {}).get(label) == "true":
             return
         uid = pod["metadata"]["uid"]
         worker = self.workers.get(uid)

@@ -1,9 +1,8 @@
 """The kubelet's plugin manager for DRA: discovery, registration, connections, health streams.
 
-Discovery polls the registration directory (the kubelet uses inotify plus a one-second reconciler; polling every
-``scan_interval`` gives the same observable behaviour): names starting with ``.`` and non-sockets are ignored, a
-socket re-created at the same path (new inode) is deregistered and registered again, and a failed handshake is
-retried on the next reconcile round.
+Discovery works like the kubelet's: inotify on the registration directory plus a reconciler every second. Names
+starting with ``.`` and non-sockets are ignored, a socket re-created at the same path is deregistered and registered
+again, and a failed handshake is retried on the next reconcile round.
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from typing import Final
 import grpc
 
 from harness.node.dra_client import DraCallError, DraConnection
+from harness.node.inotify import DirectoryWatch
 from harness.node.registration import HandshakeError, Registration, handshake
 from kubeletapi.types import DeviceHealth, Health
 
@@ -72,12 +72,13 @@ def _socket_id(path: Path) -> tuple[int, int] | None:
 class PluginManager:
     registry_dir: Path
     on_health: HealthCallback
-    scan_interval: float = 0.1
     retry_interval: float = RECONCILE_SECONDS
     instances: dict[Path, PluginInstance] = field(default_factory=dict)
     events: list[PluginEvent] = field(default_factory=list)
     _failed_at: dict[tuple[Path, tuple[int, int]], float] = field(default_factory=dict)
     _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _recreated: set[Path] = field(default_factory=set)
 
     # -- queries -------------------------------------------------------------------------------------------------
 
@@ -105,9 +106,24 @@ class PluginManager:
 
     async def run(self) -> None:
         self.registry_dir.mkdir(parents=True, exist_ok=True)
-        while True:
-            await self.reconcile()
-            await asyncio.sleep(self.scan_interval)  # the reconciler's period, not a wait for a condition
+        watch = DirectoryWatch(directory=self.registry_dir, on_event=self._on_fs_event)
+        loop = asyncio.get_running_loop()
+        loop.add_reader(watch.open(), watch.read)
+        try:
+            while True:
+                await self.reconcile()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.retry_interval)
+                self._wake.clear()
+        finally:
+            loop.remove_reader(watch.fd)
+            watch.close()
+
+    def _on_fs_event(self, name: str, created: bool) -> None:  # noqa: FBT001 - the watch's callback shape
+        path = self.registry_dir / name
+        if created and path in self.instances:
+            self._recreated.add(path)
+        self._wake.set()
 
     async def reconcile(self) -> None:
         present: dict[Path, tuple[int, int]] = {}
@@ -117,9 +133,12 @@ class PluginManager:
             sid = _socket_id(entry)
             if sid is not None:
                 present[entry] = sid
+        recreated, self._recreated = self._recreated, set()
         for path in list(self.instances):
-            if present.get(path) != self.instances[path].socket_id:
-                await self._deregister(path, reason="socket removed" if path not in present else "socket re-created")
+            if path not in present:
+                await self._deregister(path, reason="socket removed")
+            elif path in recreated or present[path] != self.instances[path].socket_id:
+                await self._deregister(path, reason="socket re-created")
         for path, sid in present.items():
             if path in self.instances:
                 continue

@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import cdi
+from harness.errors import ComponentError, HarnessError
 from harness.node.dra_manager import PrepareError
 from harness.node.events import FAILED_PREPARE, FAILED_UNPREPARE, record_event
 from harness.node.netdevices import apply_net_devices, release_net_devices
 from harness.node.podclaims import compute_container_cdi_ids
+from harness.procs import wait_for
 from harness.runtime.netns import create_netns, delete_netns, netns_name, netns_path
 from harness.runtime.oci import render_container_spec
 from harness.runtime.rootfs import clone_rootfs
@@ -34,6 +36,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("harness.node.pods")
 
 POLL_SECONDS: Final = 0.2
+START_TIMEOUT: Final = 30.0
+RUNC_FAILED: Final = "runc run failed"
 BACKOFF_START: Final = 0.5
 BACKOFF_MAX: Final = 10.0
 
@@ -227,7 +231,7 @@ class PodWorker:
             run.container = await asyncio.to_thread(self._launch, spec, run.restarts)
             run.exit_code, run.started_at, run.finished_at = None, _now(), ""
             run.waiting_reason = run.waiting_message = ""
-        except (cdi.CdiError, OSError, ValueError) as exc:
+        except (cdi.CdiError, OSError, ValueError, HarnessError) as exc:
             run.container = None
             run.waiting_reason, run.waiting_message = "CreateContainerError", str(exc)
             run.next_start = time.monotonic() + BACKOFF_MAX / 2
@@ -259,7 +263,18 @@ class PodWorker:
         oci = apply_net_devices(oci, sandbox=self.sandbox, source_netns=self.node.settings.node_netns)
         (self.dir / "cdi-ids").mkdir(parents=True, exist_ok=True)
         (self.dir / "cdi-ids" / name).write_text("\n".join(ids) + ("\n" if ids else ""))
-        return self.node.runtime.run(container_id=cid, bundle=bundle, spec=oci, run=self.node.run)
+        container = self.node.runtime.run(container_id=cid, bundle=bundle, spec=oci, run=self.node.run)
+        # Running means started: wait for runc to report it (or to fail creating it, e.g. a bad CDI mount).
+        wait_for(
+            lambda: container.exit_code() is not None or container.running(),
+            timeout=START_TIMEOUT,
+            what=f"container {name} to start",
+        )
+        log_text = container.log_path.read_text(errors="replace") if container.log_path.exists() else ""
+        if container.exit_code() is not None and RUNC_FAILED in log_text:
+            container.runtime.delete(cid)
+            raise ComponentError(log_text.strip().splitlines()[-1][:500])
+        return container
 
     def _env(self, spec: Mapping[str, Any]) -> dict[str, str]:
         meta = self.pod["metadata"]

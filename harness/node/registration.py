@@ -97,7 +97,7 @@ def compute_registration_problem(
 
 async def handshake(registration_socket: Path, *, registered: Sequence[tuple[str, Path]]) -> Registration:
     """Register one plugin the way the kubelet does, or raise HandshakeError saying why not."""
-    async with aio.insecure_channel(f"unix://{registration_socket}") as channel:
+    async with aio.insecure_channel(f"unix:{registration_socket}") as channel:
         try:
             await asyncio.wait_for(channel.channel_ready(), DIAL_TIMEOUT)
         except TimeoutError as exc:

@@ -321,7 +321,7 @@ def test_malformed_calls_get_clear_errors_and_the_plugin_keeps_serving(
     example_plugin: PluginProcess, example_class: str, kube: KubeClient, test_namespace: str
 ) -> None:
     async def raw(claims: list[v1.Claim]) -> v1.NodePrepareResourcesResponse:
-        async with grpc.aio.insecure_channel(f"unix://{example_plugin.dra_socket}") as ch:
+        async with grpc.aio.insecure_channel(f"unix:{example_plugin.dra_socket}") as ch:
             return await v1_grpc.DRAPluginStub(ch).NodePrepareResources(
                 v1.NodePrepareResourcesRequest(claims=claims), timeout=10
             )
@@ -454,7 +454,6 @@ def _accepted_connections(path: Path) -> int:
     count = 0
     for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
         cols = line.split()
-        # gRPC binds "unix:///abs" as "///abs"; the kernel treats both alike.
         if len(cols) >= 8 and os.path.normpath(cols[7]) == str(path) and cols[5] == "03":
             count += 1
     return count
@@ -505,7 +504,7 @@ def test_refused_registration_is_logged_and_the_plugin_keeps_serving(example_plu
     from kubeletapi import pluginregistration_v1_pb2_grpc as reg_grpc
 
     async def refuse() -> None:
-        async with grpc.aio.insecure_channel(f"unix://{example_plugin.registration_socket}") as ch:
+        async with grpc.aio.insecure_channel(f"unix:{example_plugin.registration_socket}") as ch:
             await reg_grpc.RegistrationStub(ch).NotifyRegistrationStatus(
                 reg_pb.RegistrationStatus(plugin_registered=False, error="test says no"), timeout=5
             )

@@ -13,7 +13,7 @@ import pytest
 
 from harness.cluster.local import LocalCluster
 from harness.node.background import BackgroundLoop, BackgroundNode
-from harness.node.drivers import DriverContext, DriverProcess
+from harness.node.drivers import DriverContext, DriverProcess, template_driver
 from harness.node.emulator import NodeEmulator, NodeSettings
 from harness.runtime.netns import list_run_netns
 from kubeclient import KubeClient
@@ -65,7 +65,7 @@ class NodeRig:
         node = self.node
         driver = DriverProcess(
             name=f"{name}-{len(self.drivers)}",
-            template=template,
+            spec=template_driver(template),
             context=DriverContext(
                 node=self.name, kubelet_root=node.paths.kubelet_root, cdi_dir=node.paths.cdi, kubeconfig=self.kubeconfig
             ),

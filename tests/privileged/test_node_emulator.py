@@ -268,7 +268,7 @@ def test_registration_ignores_dotfiles_and_plain_files_and_refuses_bad_versions(
     async def serve(path: Path) -> grpc.aio.Server:
         server = grpc.aio.server()
         reg_grpc.add_RegistrationServicer_to_server(Bad(), server)
-        server.add_insecure_port(f"unix://{path}")
+        server.add_insecure_port(f"unix:{path}")
         await server.start()
         return server
 

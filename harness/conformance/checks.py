@@ -1,0 +1,585 @@
+"""The conformance catalogue: named checks of a DRA driver's kubelet plugin, each citing the contract it verifies.
+
+Clauses refer to ``shared/reference/kubelet-contract.md`` (§1 services and messages, §2 kubelet behaviour, §3 what
+the Go helper library gives every driver, §4 device metadata, §5 claim status) and to the CDI specification. A
+*required* check is behaviour a kubelet depends on; a *recommended* one is expected of a 1.37 driver but optional
+(KEP-5304 metadata, ``status.devices``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import grpc
+
+import cdi
+from harness.conformance.context import ConformanceContext
+from harness.kube.waits import wait_object
+from harness.node.dra_client import DraCallError
+from harness.procs import wait_for
+from kubeclient import JsonObj
+from kubeclient.resources import PODS, RESOURCE_CLAIMS
+from kubeletapi import DRA_V1_VERSION, HEALTH_V1_VERSION, HEALTH_V1ALPHA1_VERSION
+from kubeletapi import health_v1_pb2 as h1
+from kubeletapi import health_v1_pb2_grpc as h1_grpc
+from kubeletapi.types import ClaimRef, DeviceHealth, PreparedDevice, PrepareResult
+
+METADATA_VERSIONS: Final = ("metadata.resource.k8s.io/v1beta1", "metadata.resource.k8s.io/v1alpha1")
+
+
+class CheckFailed(AssertionError):  # noqa: N818 - a verdict, not an error
+    """The driver broke the contract clause the check verifies."""
+
+
+class CheckSkipped(Exception):  # noqa: N818 - a verdict, not an error
+    """The check does not apply to this driver (the reason says why)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Check:
+    id: str
+    title: str
+    clause: str
+    required: bool
+    run: Callable[[ConformanceContext], None]
+    needs: tuple[str, ...] = ("registration.handshake",)
+
+
+def _fail(message: str) -> CheckFailed:
+    return CheckFailed(message)
+
+
+def _expect(condition: object, message: str) -> None:
+    if not condition:
+        raise _fail(message)
+
+
+# -- registration --------------------------------------------------------------------------------------------------
+
+
+def check_handshake(ctx: ConformanceContext) -> None:
+    try:
+        inst = ctx.wait_registered()
+    except AssertionError as exc:
+        raise _fail(str(exc)) from None
+    reg = inst.registration
+    _expect(bool(reg.driver), "PluginInfo.name (the driver name) is empty")
+    _expect(reg.endpoint.is_absolute(), f"endpoint {reg.endpoint} is not an absolute path")
+    _expect(reg.endpoint.exists(), f"the advertised endpoint {reg.endpoint} does not exist")
+    refused = [e for e in ctx.node.plugins.events if e.kind == "refused"]
+    _expect(not refused, f"an earlier registration attempt was refused: {refused[0].detail if refused else ''}")
+
+
+def check_versions(ctx: ConformanceContext) -> None:
+    advertised = ctx.wait_registered().registration.advertised
+    dra = [v for v in advertised if v.endswith(".DRAPlugin")]
+    _expect(DRA_V1_VERSION in dra, f"v1.DRAPlugin is not advertised (advertised: {list(advertised)})")
+    _expect(
+        dra[0] == DRA_V1_VERSION,
+        f"the kubelet takes the first DRA version it knows; {dra[0]} is listed before v1.DRAPlugin",
+    )
+
+
+# -- slices --------------------------------------------------------------------------------------------------------
+
+
+def check_slices(ctx: ConformanceContext) -> None:
+    ctx.wait_registered()
+    slices = ctx.wait_slices()
+    for s in slices:
+        owners = [o for o in s["metadata"].get("ownerReferences") or [] if o.get("kind") == "Node"]
+        _expect(
+            bool(owners) and owners[0].get("name") == ctx.node_name,
+            f"slice {s['metadata']['name']} is not owned by Node {ctx.node_name}",
+        )
+        _expect(int(s["spec"]["pool"].get("generation", 0)) >= 1, f"slice {s['metadata']['name']} has no generation")
+    pools: dict[str, list[JsonObj]] = {}
+    for s in slices:
+        pools.setdefault(s["spec"]["pool"]["name"], []).append(s)
+    for pool, members in pools.items():
+        counts = {int(m["spec"]["pool"]["resourceSliceCount"]) for m in members}
+        gens = {int(m["spec"]["pool"]["generation"]) for m in members}
+        _expect(len(gens) == 1, f"pool {pool} mixes generations {sorted(gens)}")
+        _expect(counts == {len(members)}, f"pool {pool}: resourceSliceCount {sorted(counts)} but {len(members)} slices")
+    _expect(any(s["spec"].get("devices") for s in slices), "no slice publishes any device")
+
+
+# -- prepare / unprepare -------------------------------------------------------------------------------------------
+
+
+def _prepared_ok(ctx: ConformanceContext, claim: JsonObj) -> tuple[ClaimRef, list[PreparedDevice]]:
+    ref = ctx.ref(claim)
+    try:
+        result = ctx.prepare([ref])
+    except DraCallError as exc:
+        raise _fail(f"NodePrepareResources failed as an RPC: {exc}") from None
+    _expect(ref.uid in result, f"the answer has no entry for claim {ref.uid}")
+    _expect(not result[ref.uid].error, f"prepare of an allocated claim failed: {result[ref.uid].error}")
+    return ref, list(result[ref.uid].devices)
+
+
+def check_prepare(ctx: ConformanceContext) -> None:
+    claim = ctx.allocated_claim()
+    ref, devices = _prepared_ok(ctx, claim)
+    results = claim["status"]["allocation"]["devices"]["results"]
+    got = sorted((d.pool, d.device) for d in devices)
+    want = sorted((r["pool"], r["device"]) for r in results if r["driver"] == ctx.driver_name)
+    _expect(got == want, f"prepared devices {got} do not match the allocation {want}")
+    _expect(all(d.cdi_device_ids for d in devices), "a prepared device has no CDI device ID")
+    ctx.unprepare([ref])
+
+
+def check_prepare_idempotent(ctx: ConformanceContext) -> None:
+    claim = ctx.allocated_claim()
+    ref, first = _prepared_ok(ctx, claim)
+    _, second = _prepared_ok(ctx, claim)
+    _expect(first == second, f"a second prepare of the same claim answered differently:\n{first}\n{second}")
+    ctx.unprepare([ref])
+
+
+def check_unprepare_idempotent(ctx: ConformanceContext) -> None:
+    claim = ctx.allocated_claim()
+    ref, _ = _prepared_ok(ctx, claim)
+    for attempt in ("first", "second"):
+        try:
+            answer = ctx.unprepare([ref])
+        except DraCallError as exc:
+            raise _fail(f"the {attempt} unprepare failed as an RPC: {exc}") from None
+        _expect(answer.get(ref.uid) == "", f"the {attempt} unprepare answered {answer.get(ref.uid)!r}")
+
+
+def check_unprepare_unknown(ctx: ConformanceContext) -> None:
+    ref = ClaimRef(uid=f"00000000-0000-4000-8000-{os.urandom(6).hex()}", namespace=ctx.namespace, name="never-seen")
+    try:
+        answer = ctx.unprepare([ref])
+    except DraCallError as exc:
+        raise _fail(f"unprepare of an unknown claim failed as an RPC: {exc}") from None
+    _expect(answer.get(ref.uid) == "", f"unprepare of an unknown claim must succeed; answered {answer.get(ref.uid)!r}")
+
+
+def check_per_claim_errors(ctx: ConformanceContext) -> None:
+    good = ctx.allocated_claim()
+    missing = ClaimRef(
+        uid=f"00000000-0000-4000-8000-{os.urandom(6).hex()}", namespace=ctx.namespace, name="does-not-exist"
+    )
+    refs = [ctx.ref(good), missing]
+    try:
+        answer = ctx.prepare(refs)
+    except DraCallError as exc:
+        raise _fail(f"one bad claim failed the whole call ({exc}); errors must be per claim") from None
+    _expect(set(answer) == {r.uid for r in refs}, f"entries for {sorted(answer)}, expected both claims")
+    _expect(not answer[refs[0].uid].error, f"the good claim failed: {answer[refs[0].uid].error}")
+    _expect(bool(answer[refs[1].uid].error), "the claim that does not exist got no error")
+    ctx.unprepare(refs[:1])
+
+
+def _expect_refused(ctx: ConformanceContext, ref: ClaimRef, what: str) -> None:
+    try:
+        answer = ctx.prepare([ref])
+    except DraCallError:
+        return  # refusing the whole call is allowed here; per-claim-errors checks the finer behaviour
+    entry = answer.get(ref.uid)
+    _expect(
+        entry is not None and bool(entry.error) and not entry.devices,
+        f"{what} was prepared: {entry.devices if entry else 'no entry'}",
+    )
+
+
+def check_rejects_unallocated(ctx: ConformanceContext) -> None:
+    _expect_refused(ctx, ctx.ref(ctx.unallocated_claim()), "an unallocated claim")
+
+
+def check_rejects_replaced(ctx: ConformanceContext) -> None:
+    claim = ctx.allocated_claim()
+    stale = ClaimRef(
+        uid=f"00000000-0000-4000-8000-{os.urandom(6).hex()}",
+        namespace=claim["metadata"]["namespace"],
+        name=claim["metadata"]["name"],
+    )
+    _expect_refused(ctx, stale, "a claim whose UID does not match the API object (a replaced claim)")
+
+
+def check_concurrent(ctx: ConformanceContext) -> None:
+    claims = [ctx.allocated_claim() for _ in range(3)]
+    refs = [ctx.ref(c) for c in claims]
+
+    inst = ctx.wait_registered()
+
+    async def together() -> list[dict[str, PrepareResult] | BaseException]:
+        calls = [inst.connection.prepare([r], version=inst.registration.dra_version) for r in refs]
+        return list(await asyncio.gather(*calls, return_exceptions=True))
+
+    answers = ctx.loop.call(together())
+    for ref, answer in zip(refs, answers, strict=True):
+        if isinstance(answer, BaseException):
+            raise _fail(f"a concurrent prepare failed: {answer}")
+        _expect(not answer[ref.uid].error, f"a concurrent prepare failed: {answer[ref.uid].error}")
+    ctx.unprepare(refs)
+
+
+def check_shared_claim(ctx: ConformanceContext) -> None:
+    claim = ctx.allocated_claim(pods=2)
+    ref, devices = _prepared_ok(ctx, claim)
+    _expect(bool(devices), "a claim reserved for two pods was prepared without devices")
+    ctx.unprepare([ref])
+
+
+# -- what prepare leaves on the node -------------------------------------------------------------------------------
+
+
+def check_cdi(ctx: ConformanceContext) -> None:
+    claim = ctx.allocated_claim()
+    ref, devices = _prepared_ok(ctx, claim)
+    registry = cdi.load_registry(spec_dirs=[ctx.cdi_dir])
+    _expect(not registry.errors, f"unreadable CDI specs: {registry.errors}")
+    for loaded in cdi.scan_spec_dirs(spec_dirs=[ctx.cdi_dir]).specs:
+        try:
+            cdi.validate_spec(loaded.spec, source=str(loaded.path))
+        except cdi.CdiError as exc:
+            raise _fail(f"invalid CDI spec: {exc}") from None
+    for d in devices:
+        for cid in d.cdi_device_ids:
+            try:
+                resolved = registry.resolve(cid)
+            except cdi.CdiError as exc:
+                raise _fail(f"CDI ID {cid} does not resolve in {ctx.cdi_dir}: {exc}") from None
+            _expect(not resolved.device.container_edits.is_empty(), f"CDI device {cid} has empty container edits")
+    ctx.unprepare([ref])
+
+
+def check_metadata(ctx: ConformanceContext) -> None:
+    claim = ctx.allocated_claim()
+    ref, devices = _prepared_ok(ctx, claim)
+    meta_ids = [i for d in devices for i in d.cdi_device_ids if "/metadata=" in i]
+    if not meta_ids:
+        ctx.unprepare([ref])
+        raise CheckSkipped("the driver publishes no KEP-5304 device metadata (no <driver>/metadata CDI ID)")
+    first_ids = devices[0].cdi_device_ids
+    _expect(meta_ids[0] in first_ids, "the metadata CDI ID must ride on the first device of its request")
+    registry = cdi.load_registry(spec_dirs=[ctx.cdi_dir])
+    (mount,) = registry.resolve(meta_ids[0]).device.container_edits.mounts
+    expected = (
+        f"/var/run/kubernetes.io/dra-device-attributes/resourceclaims/{ref.name}/dev/{ctx.driver_name}-metadata.json"
+    )
+    _expect(mount.container_path == expected, f"metadata mounted at {mount.container_path}, expected {expected}")
+    _expect(set(mount.options) >= {"ro", "bind"}, f"metadata mount options {mount.options} lack ro,bind")
+    docs = [json.loads(line) for line in Path(mount.host_path).read_text().splitlines() if line.strip()]
+    _expect(
+        [d.get("apiVersion") for d in docs][:2] == list(METADATA_VERSIONS),
+        f"the stream must carry {METADATA_VERSIONS}, newest first; got {[d.get('apiVersion') for d in docs]}",
+    )
+    _expect(docs[0]["metadata"]["uid"] == ref.uid, "metadata.uid is not the claim's UID")
+    names = {d["name"] for r in docs[0]["requests"] for d in r["devices"]}
+    _expect(names == {d.device for d in devices}, f"metadata lists {names}")
+    ctx.unprepare([ref])
+
+
+def check_status(ctx: ConformanceContext) -> None:
+    claim = ctx.allocated_claim()
+    ref, _ = _prepared_ok(ctx, claim)
+    stored = ctx.client.get(RESOURCE_CLAIMS, ref.name, namespace=ref.namespace)
+    entries = [e for e in (stored.get("status") or {}).get("devices") or [] if e.get("driver") == ctx.driver_name]
+    if not entries:
+        ctx.unprepare([ref])
+        raise CheckSkipped("the driver writes no status.devices entries")
+    results = {
+        (r["pool"], r["device"])
+        for r in stored["status"]["allocation"]["devices"]["results"]
+        if r["driver"] == ctx.driver_name
+    }
+    _expect({(e["pool"], e["device"]) for e in entries} <= results, "a status entry names a device not allocated")
+    managers = {m["manager"] for m in stored["metadata"].get("managedFields") or [] if m.get("subresource") == "status"}
+    _expect(bool(managers - {"kube-scheduler", "fakedev-harness"}), "no driver field manager owns status.devices")
+    ctx.unprepare([ref])
+
+
+def check_cleanup(ctx: ConformanceContext) -> None:
+    claim = ctx.allocated_claim()
+    ref, _ = _prepared_ok(ctx, claim)
+    ctx.unprepare([ref])
+    left = [p.name for p in ctx.cdi_files() if ref.uid in p.read_text(errors="replace") or ref.uid in p.name]
+    _expect(not left, f"CDI specs still name claim {ref.uid} after unprepare: {left}")
+
+
+def check_restart(ctx: ConformanceContext) -> None:
+    claim = ctx.allocated_claim()
+    ref, before = _prepared_ok(ctx, claim)
+    ctx.restart_driver(kill=True)
+    _, after = _prepared_ok(ctx, claim)
+    _expect(before == after, f"after kill -9 and restart, prepare answered differently:\n{before}\n{after}")
+    answer = ctx.unprepare([ref])
+    _expect(answer.get(ref.uid) == "", f"unprepare after restart answered {answer.get(ref.uid)!r}")
+
+
+# -- connection and health -----------------------------------------------------------------------------------------
+
+
+def _accepted(endpoint: Path) -> set[str]:
+    """Inodes of the server side of connections accepted on ``endpoint`` (state 03 in /proc/net/unix)."""
+    found = set()
+    for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+        cols = line.split()
+        if len(cols) >= 8 and os.path.normpath(cols[7]) == str(endpoint) and cols[5] == "03":
+            found.add(cols[6])
+    return found
+
+
+def check_single_connection(ctx: ConformanceContext) -> None:
+    inst = ctx.wait_registered()
+    conn = ctx.fresh_connection()
+    claim = ctx.allocated_claim()
+    ref = ctx.ref(claim)
+    endpoint = inst.registration.endpoint
+    before = _accepted(endpoint)
+    seen: set[str] = set()
+    version = inst.registration.dra_version
+
+    async def session() -> None:
+        # Look after every call: a driver that drops connections shows up as several accepted sockets over time.
+        await conn.prepare([ref], version=version)
+        seen.update(_accepted(endpoint) - before)
+        if inst.registration.health_version:
+            stream = conn.watch_health(version=inst.registration.health_version)
+            await asyncio.wait_for(anext(stream), 10)
+            seen.update(_accepted(endpoint) - before)
+            await stream.aclose()
+        for call in (conn.unprepare, conn.prepare, conn.unprepare, conn.prepare):
+            await call([ref], version=version)
+            seen.update(_accepted(endpoint) - before)
+
+    ctx.loop.call(session())
+    ctx.loop.call(conn.close())
+    ctx.unprepare([ref])
+    _expect(len(seen) == 1, f"one kubelet connection was served by {len(seen)} accepted connections on {endpoint}")
+
+
+def check_health(ctx: ConformanceContext) -> None:
+    inst = ctx.wait_registered()
+    version = inst.registration.health_version
+    if version is None:
+        # 1.37: a driver that does not implement health must say Unimplemented when asked anyway.
+        async def ask() -> grpc.StatusCode | None:
+            async with grpc.aio.insecure_channel(f"unix:{inst.registration.endpoint}") as ch:
+                try:
+                    stream = h1_grpc.DRAResourceHealthStub(ch).NodeWatchResources(h1.NodeWatchResourcesRequest())
+                    await asyncio.wait_for(anext(aiter(stream)), 5)
+                except grpc.aio.AioRpcError as exc:
+                    return exc.code()
+                return None
+
+        code = ctx.loop.call(ask())
+        _expect(
+            code == grpc.StatusCode.UNIMPLEMENTED,
+            f"health is not advertised, so NodeWatchResources must be Unimplemented; got {code}",
+        )
+        return
+    _expect(version in (HEALTH_V1_VERSION, HEALTH_V1ALPHA1_VERSION), f"unknown health version {version}")
+    published = {
+        (s["spec"]["pool"]["name"], d["name"]) for s in ctx.wait_slices() for d in s["spec"].get("devices") or []
+    }
+    conn = ctx.fresh_connection()
+
+    async def first() -> list[DeviceHealth]:
+        stream = conn.watch_health(version=version)
+        report = await asyncio.wait_for(anext(stream), 10)
+        await stream.aclose()
+        return list(report)
+
+    try:
+        report = ctx.loop.call(first())
+    except (TimeoutError, DraCallError, concurrent.futures.TimeoutError) as exc:
+        raise _fail(f"no health report within 10 s of subscribing: {exc!r}") from None
+    finally:
+        ctx.loop.call(conn.close())
+    _expect(bool(report), "the first health report is empty; it must describe the devices")
+    unknown = {(d.pool, d.device) for d in report} - published
+    _expect(not unknown, f"health reports devices the driver never published: {sorted(unknown)[:5]}")
+
+
+# -- a pod, end to end ---------------------------------------------------------------------------------------------
+
+
+def check_pod(ctx: ConformanceContext) -> None:
+    claim = ctx.allocated_claim(managed=True, command="env; sleep 3600")
+    pod_name = claim["status"]["reservedFor"][0]["name"]
+    pod = wait_object(
+        ctx.client,
+        PODS,
+        pod_name,
+        namespace=ctx.namespace,
+        timeout=60,
+        what="Running",
+        predicate=lambda p: (p.get("status") or {}).get("phase") in ("Running", "Failed"),
+    )
+    _expect(pod["status"]["phase"] == "Running", f"the pod did not run: {pod['status']}")
+    worker = ctx.node.pod_worker(namespace=ctx.namespace, name=pod_name)
+    assert worker is not None
+    wait_for(lambda: bool(worker.container_logs()), timeout=20, what="container output")
+    ctx.client.delete(PODS, pod_name, namespace=ctx.namespace, grace_seconds=1)
+    wait_for(
+        lambda: ctx.node.pod_worker(namespace=ctx.namespace, name=pod_name) is None,
+        timeout=45,
+        what="pod torn down (unprepare)",
+    )
+
+
+CATALOG: Final = (
+    Check(
+        id="registration.handshake",
+        title="registers through the kubelet handshake",
+        needs=(),
+        clause="§2 Handshake, §1 Registration",
+        required=True,
+        run=check_handshake,
+    ),
+    Check(
+        id="registration.versions",
+        title="advertises v1.DRAPlugin as its first DRA version",
+        clause="§2 Version choice, §3 GetInfo",
+        required=True,
+        run=check_versions,
+    ),
+    Check(
+        id="slices.published",
+        title="publishes node slices owned by the Node, consistent pools",
+        clause="§3 ResourceSlices",
+        required=True,
+        run=check_slices,
+    ),
+    Check(
+        id="prepare.basic",
+        title="prepares an allocated claim with its allocated devices",
+        clause="§1 NodePrepareResources",
+        required=True,
+        run=check_prepare,
+    ),
+    Check(
+        id="prepare.idempotent",
+        title="preparing twice gives the same answer",
+        clause="§3 prepare is idempotent",
+        required=True,
+        run=check_prepare_idempotent,
+    ),
+    Check(
+        id="unprepare.idempotent",
+        title="unpreparing twice succeeds",
+        clause="§3 unprepare is idempotent",
+        required=True,
+        run=check_unprepare_idempotent,
+    ),
+    Check(
+        id="unprepare.unknown-claim",
+        title="unpreparing an unknown claim succeeds",
+        clause="§3 unknown claim unprepare is success",
+        required=True,
+        run=check_unprepare_unknown,
+    ),
+    # Recommended, not required: the kubelet fails the pod start on an RPC error just as on a per-claim error, and
+    # upstream's helper library itself fails the whole call when it cannot fetch or validate one claim.
+    Check(
+        id="errors.per-claim",
+        title="one bad claim gets a per-claim error, not an RPC error",
+        clause="§1 NodePrepareResourceResponse.error, §3 errors are per claim",
+        required=False,
+        run=check_per_claim_errors,
+    ),
+    Check(
+        id="prepare.rejects-unallocated",
+        title="refuses to prepare an unallocated claim",
+        clause="§3 rejects unallocated claims",
+        required=True,
+        run=check_rejects_unallocated,
+    ),
+    Check(
+        id="prepare.rejects-replaced",
+        title="refuses a claim whose UID no longer matches (replaced claim)",
+        clause="§3 rejects UID mismatches",
+        required=True,
+        run=check_rejects_replaced,
+    ),
+    Check(
+        id="prepare.concurrent",
+        title="prepares different claims in concurrent calls",
+        clause="§2 batches per pod run independently",
+        required=True,
+        run=check_concurrent,
+    ),
+    Check(
+        id="claim.shared",
+        title="prepares a claim reserved for several pods",
+        clause="§2 Prepare (shared claims)",
+        required=True,
+        run=check_shared_claim,
+    ),
+    Check(
+        id="cdi.valid",
+        title="every returned CDI ID resolves to a valid spec with non-empty edits",
+        clause="§3 CDI names, CDI spec (no empty edits)",
+        required=True,
+        run=check_cdi,
+    ),
+    Check(
+        id="cleanup.nothing-left",
+        title="unprepare removes every CDI spec of the claim",
+        clause="§3 Unprepare",
+        required=True,
+        run=check_cleanup,
+    ),
+    Check(
+        id="restart.recovery",
+        title="after kill -9 and restart, prepare and unprepare still work",
+        clause="§3 checkpoint, §7 plugin restart",
+        required=True,
+        run=check_restart,
+    ),
+    Check(
+        id="connection.single",
+        title="serves DRA and health over one long-lived connection",
+        clause="§2 Connection",
+        required=True,
+        run=check_single_connection,
+    ),
+    Check(
+        id="health.stream",
+        title="health: a first report of published devices, or Unimplemented",
+        clause="§2 Health, §3 health or Unimplemented",
+        required=True,
+        run=check_health,
+    ),
+    Check(
+        id="metadata.kep5304",
+        title="writes KEP-5304 device metadata with both API versions",
+        clause="§4 device metadata",
+        required=False,
+        run=check_metadata,
+    ),
+    Check(
+        id="status.devices",
+        title="reports status.devices for allocated devices under its own field manager",
+        clause="§5 claim status",
+        required=False,
+        run=check_status,
+    ),
+    Check(
+        id="pod.end-to-end",
+        title="a pod using a claim runs under runc with the CDI edits and is torn down",
+        clause="§2 Prepare/Unprepare, CDI injection",
+        required=True,
+        run=check_pod,
+    ),
+)
+
+
+def select(*, only: tuple[str, ...] = (), skip: tuple[str, ...] = ()) -> list[Check]:
+    known = {c.id for c in CATALOG}
+    unknown = sorted((set(only) | set(skip)) - known)
+    if unknown:
+        raise ValueError(f"unknown check(s) {', '.join(unknown)}; see --list")
+    return [c for c in CATALOG if (not only or c.id in only) and c.id not in skip]

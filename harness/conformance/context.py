@@ -1,0 +1,324 @@
+"""Everything a conformance check can use: the cluster, an emulated node, the driver under test, helpers.
+
+The driver is started from a command line with placeholders (see :mod:`harness.node.drivers`), registered through
+the emulator's plugin manager exactly as a kubelet would, and given a DeviceClass that selects its devices. Claims
+for gRPC-level checks are allocated by the real scheduler through pods the emulator is told to leave alone, so the
+checks call ``NodePrepareResources`` themselves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from harness.cluster.nodes import NodeHeartbeats
+from harness.kube.waits import wait_list, wait_object
+from harness.node.background import BackgroundLoop, BackgroundNode
+from harness.node.dra_client import DraConnection
+from harness.node.drivers import DriverContext, DriverProcess, DriverSpec
+from harness.node.emulator import NodeEmulator, NodeSettings
+from harness.node.plugins import PluginInstance
+from harness.reaper import reap_all
+from kubeclient import JsonObj, KubeClient
+from kubeclient.resources import DEVICE_CLASSES, NAMESPACES, NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from kubeletapi.types import ClaimRef, PrepareResult
+
+UNMANAGED_LABEL: Final = "conformance.fakedev.io/direct"
+REGISTRATION_TIMEOUT: Final = 30.0
+
+
+@dataclass(kw_only=True)
+class ConformanceContext:
+    client: KubeClient
+    kubeconfig: Path
+    driver: DriverSpec
+    node_name: str
+    base: Path
+    loop: BackgroundLoop = field(default_factory=BackgroundLoop)
+    background: BackgroundNode | None = None
+    process: DriverProcess | None = None
+    heartbeats: NodeHeartbeats | None = None
+    namespace: str = ""
+    device_class: str = ""
+    driver_name: str = ""
+    _counter: int = 0
+
+    # -- set-up and tear-down ------------------------------------------------------------------------------------
+
+    @property
+    def node(self) -> NodeEmulator:
+        assert self.background is not None and self.background.node is not None
+        return self.background.node
+
+    @property
+    def cdi_dir(self) -> Path:
+        return self.node.paths.cdi
+
+    def start(self) -> None:
+        self.loop.start()
+        self.heartbeats = NodeHeartbeats(client=self.client)
+        self.heartbeats.start()
+        settings = NodeSettings(
+            name=self.node_name, base=self.base, unmanaged_label=UNMANAGED_LABEL, rootfs_cache=self.base / "cache"
+        )
+        self.background = BackgroundNode(settings=settings, client=self.client, loop=self.loop)
+        self.background.start()
+        self.heartbeats.add(self.node_name)
+        self.namespace = f"conformance-{os.urandom(3).hex()}"
+        self.client.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}})
+        self.process = DriverProcess(
+            name="driver-under-test",
+            spec=self.driver,
+            run=self.node.run,
+            context=DriverContext(
+                node=self.node_name,
+                kubelet_root=self.node.paths.kubelet_root,
+                cdi_dir=self.node.paths.cdi,
+                kubeconfig=self.kubeconfig,
+            ),
+        )
+        self.process.start()
+
+    def wait_registered(self, *, timeout: float = REGISTRATION_TIMEOUT) -> PluginInstance:
+        """The driver's registration, as the emulated kubelet accepted it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            registered = list(self.node.plugins.instances.values())
+            if registered:
+                inst = registered[0]
+                if not self.driver_name:
+                    self.driver_name = inst.driver
+                    self._make_device_class()
+                return inst
+            if self.process is not None and not self.process.alive():
+                code = self.process.process.popen.returncode if self.process.process else "?"
+                raise AssertionError(f"the driver exited (code {code}); log tail:\n{self.driver_log()}")
+            time.sleep(0.1)
+        events = "; ".join(f"{e.kind}: {e.detail}" for e in self.node.plugins.events) or "no registration attempt"
+        raise AssertionError(f"the driver did not register within {timeout:.0f}s ({events})")
+
+    def _make_device_class(self) -> None:
+        self.device_class = f"conformance-{self.namespace}"
+        self.client.create(
+            DEVICE_CLASSES,
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceClass",
+                "metadata": {"name": self.device_class},
+                "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{self.driver_name}"'}}]},
+            },
+        )
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            for pod in self.client.list(PODS, namespace=self.namespace):
+                self.client.delete(PODS, pod["metadata"]["name"], namespace=self.namespace, grace_seconds=0)
+        if self.process is not None:
+            self.process.stop()
+        if self.background is not None and self.background.node is not None:
+            self.background.stop(stop_pods=True)
+        with contextlib.suppress(Exception):
+            if self.device_class:
+                self.client.delete(DEVICE_CLASSES, self.device_class)
+            self.client.delete(NAMESPACES, self.namespace)
+            for s in self.client.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={self.node_name}"):
+                self.client.delete(RESOURCE_SLICES, s["metadata"]["name"])
+            self.client.delete(NODES, self.node_name)
+        if self.heartbeats is not None:
+            self.heartbeats.stop()
+        self.loop.stop()
+        reap_all(base=self.base)
+
+    def driver_log(self, *, lines: int = 40) -> str:
+        if self.process is None or not self.process.log_path.exists():
+            return ""
+        return "\n".join(self.process.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    # -- claims --------------------------------------------------------------------------------------------------
+
+    def _name(self, stem: str) -> str:
+        self._counter += 1
+        return f"{stem}-{self._counter}"
+
+    def allocated_claim(self, *, pods: int = 1, managed: bool = False, command: str = "sleep 3600") -> JsonObj:
+        """A claim for one device of the driver, allocated by the real scheduler and reserved for ``pods`` pods."""
+        name = self._name("claim")
+        self.client.create(
+            RESOURCE_CLAIMS,
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": name},
+                "spec": {"devices": {"requests": [{"name": "dev", "exactly": {"deviceClassName": self.device_class}}]}},
+            },
+            namespace=self.namespace,
+        )
+        for _ in range(pods):
+            self.create_pod(claim=name, managed=managed, command=command)
+        return wait_object(
+            self.client,
+            RESOURCE_CLAIMS,
+            name,
+            namespace=self.namespace,
+            timeout=60,
+            predicate=lambda c: len((c.get("status") or {}).get("reservedFor") or []) >= pods,
+            what=f"allocated and reserved for {pods} pod(s)",
+        )
+
+    def create_pod(self, *, claim: str, managed: bool, command: str = "sleep 3600") -> str:
+        name = self._name("pod")
+        labels = {} if managed else {UNMANAGED_LABEL: "true"}
+        self.client.create(
+            PODS,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "labels": labels},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": 1,
+                    "nodeSelector": {"kubernetes.io/hostname": self.node_name},
+                    "resourceClaims": [{"name": "dev", "resourceClaimName": claim}],
+                    "containers": [
+                        {
+                            "name": "c",
+                            "image": "busybox",
+                            "command": ["sh", "-c", command],
+                            "resources": {"claims": [{"name": "dev"}]},
+                        }
+                    ],
+                },
+            },
+            namespace=self.namespace,
+        )
+        return name
+
+    def unallocated_claim(self) -> JsonObj:
+        name = self._name("idle")
+        return self.client.create(
+            RESOURCE_CLAIMS,
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": name},
+                "spec": {"devices": {"requests": [{"name": "dev", "exactly": {"deviceClassName": self.device_class}}]}},
+            },
+            namespace=self.namespace,
+        )
+
+    @staticmethod
+    def ref(claim: JsonObj) -> ClaimRef:
+        m = claim["metadata"]
+        return ClaimRef(uid=m["uid"], namespace=m["namespace"], name=m["name"])
+
+    def slices(self) -> list[JsonObj]:
+        return self.client.list(
+            RESOURCE_SLICES, field_selector=f"spec.nodeName={self.node_name},spec.driver={self.driver_name}"
+        )
+
+    def wait_slices(self, *, timeout: float = 30.0) -> list[JsonObj]:
+        return wait_list(
+            self.client,
+            RESOURCE_SLICES,
+            timeout=timeout,
+            what="the driver's slices",
+            field_selector=f"spec.nodeName={self.node_name},spec.driver={self.driver_name}",
+            predicate=bool,
+        )
+
+    # -- gRPC, as the kubelet sends it ---------------------------------------------------------------------------
+
+    def prepare(self, claims: Sequence[ClaimRef], *, timeout: float = 45.0) -> dict[str, PrepareResult]:
+        inst = self.wait_registered()
+        return self.loop.call(inst.connection.prepare(claims, version=inst.registration.dra_version, timeout=timeout))
+
+    def unprepare(self, claims: Sequence[ClaimRef], *, timeout: float = 45.0) -> dict[str, str]:
+        inst = self.wait_registered()
+        return self.loop.call(inst.connection.unprepare(claims, version=inst.registration.dra_version, timeout=timeout))
+
+    def fresh_connection(self) -> DraConnection:
+        """A new connection to the registered endpoint (created on the background loop)."""
+        inst = self.wait_registered()
+
+        async def make() -> DraConnection:
+            return DraConnection(endpoint=inst.registration.endpoint)
+
+        return self.loop.call(make())
+
+    def restart_driver(self, *, kill: bool) -> PluginInstance:
+        """Kill -9 (or stop) the driver and start it again; returns the new registration."""
+        assert self.process is not None
+        since = time.monotonic()
+        if kill:
+            self.process.kill()
+        else:
+            self.process.stop()
+        self.process.start()
+        deadline = time.monotonic() + REGISTRATION_TIMEOUT
+        while time.monotonic() < deadline:
+            fresh = [i for i in self.node.plugins.instances.values() if i.registration.registered_at > since]
+            if fresh:
+                return fresh[0]
+            time.sleep(0.1)
+        raise AssertionError(f"the driver did not register again after a restart; log:\n{self.driver_log()}")
+
+    def cdi_files(self) -> list[Path]:
+        return sorted(p for p in self.cdi_dir.iterdir() if p.is_file() and not p.name.startswith("."))
+
+    def artifacts(self) -> dict[str, str]:
+        """Driver log, CDI specs and checkpoints — attached to failed checks."""
+        out = {"driver log": self.driver_log(lines=200)}
+        for f in self.cdi_files():
+            out[f"CDI {f.name}"] = f.read_text(errors="replace")[:4000]
+        for f in self.node.paths.plugins.rglob("checkpoint*.json"):
+            out[f"checkpoint {f.relative_to(self.node.paths.plugins)}"] = f.read_text(errors="replace")[:4000]
+        if self.node.paths.checkpoint.exists():
+            out["kubelet checkpoint"] = self.node.paths.checkpoint.read_text(errors="replace")[:4000]
+        return out
+
+    def reset(self, *, timeout: float = 60.0) -> None:
+        """Delete the pods and claims a check made, and wait until their devices are free again."""
+        for pod in self.client.list(PODS, namespace=self.namespace):
+            self.client.delete(PODS, pod["metadata"]["name"], namespace=self.namespace, grace_seconds=0)
+        for claim in self.client.list(RESOURCE_CLAIMS, namespace=self.namespace):
+            self.client.delete(RESOURCE_CLAIMS, claim["metadata"]["name"], namespace=self.namespace)
+        wait_list(
+            self.client,
+            RESOURCE_CLAIMS,
+            namespace=self.namespace,
+            timeout=timeout,
+            predicate=lambda items: not items,
+            what="claims of the last check deleted",
+        )
+
+
+@contextlib.contextmanager
+def conformance_context(
+    *,
+    client: KubeClient,
+    kubeconfig: Path,
+    driver: DriverSpec,
+    node_name: str | None = None,
+) -> Iterator[ConformanceContext]:
+    """Start an emulated node and the driver under test; tear both down afterwards."""
+    base = Path(tempfile.mkdtemp(prefix="fd-"))  # short: Unix socket paths stay under 108 bytes
+    ctx = ConformanceContext(
+        client=client,
+        kubeconfig=kubeconfig,
+        driver=driver,
+        node_name=node_name or f"conformance-{os.urandom(3).hex()}",
+        base=base,
+    )
+    try:
+        ctx.start()
+        yield ctx
+    finally:
+        ctx.stop()
+        shutil.rmtree(base, ignore_errors=True)

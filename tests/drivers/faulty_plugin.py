@@ -1,0 +1,330 @@
+"""A deliberately faulty DRA driver: fakedev's plugin with exactly one contract violation switched on.
+
+Usage: ``python -m tests.drivers.faulty_plugin --defect NAME -- <arguments of fakedev plugin>``. Each defect breaks the
+one conformance check named in :data:`DEFECTS`, so the suite can show that every check is able to fail. This is a
+test program, not part of the product: it rewires the plugin's own classes in this process only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import cdi
+import fakedev.driver.claims as claims_mod
+import fakedev.driver.metadata as metadata_mod
+import fakedev.driver.state as state_mod
+import fakedev.plugin.registration as registration_mod
+from fakedev.driver.core import SerializedDriver
+from fakedev.driver.state import ClaimState
+from fakedev.errors import ClaimError
+from fakedev.kube import DriverApi
+from fakedev.plugin.health import HealthBoard
+from kubeletapi.types import ClaimRef, DeviceHealth, Health, PreparedDevice, PrepareResult
+
+_seen: dict[str, int] = {}
+_unprepared: set[str] = set()
+
+
+def wrong_type() -> None:
+    setattr(registration_mod, "DRA_PLUGIN_TYPE", "CSIPlugin")  # noqa: B010 - rewiring a module on purpose
+
+
+def v1beta1_first() -> None:
+    original = registration_mod.RegistrationServicer.__init__
+
+    def init(self: Any, **kw: Any) -> None:
+        kw["versions"] = ["v1beta1.DRAPlugin", "v1.DRAPlugin", *kw["versions"][2:]]
+        original(self, **kw)
+
+    registration_mod.RegistrationServicer.__init__ = init  # type: ignore[method-assign]
+
+
+def no_owner() -> None:
+    DriverApi.node_owner = lambda self: None  # type: ignore[method-assign]
+
+
+def _wrap_prepare(change: Callable[[ClaimRef, PrepareResult], PrepareResult]) -> None:
+    original = ClaimState.prepare
+
+    def prepare(self: ClaimState, ref: ClaimRef) -> PrepareResult:
+        return change(ref, original(self, ref))
+
+    ClaimState.prepare = prepare  # type: ignore[method-assign]
+
+
+def wrong_pool() -> None:
+    def change(ref: ClaimRef, result: PrepareResult) -> PrepareResult:
+        return PrepareResult(
+            devices=tuple(
+                PreparedDevice(
+                    request_names=d.request_names,
+                    pool="bogus-pool",
+                    device=d.device,
+                    cdi_device_ids=d.cdi_device_ids,
+                    share_id=d.share_id,
+                )
+                for d in result.devices
+            ),
+            error=result.error,
+        )
+
+    _wrap_prepare(change)
+
+
+def unstable_answer() -> None:
+    def change(ref: ClaimRef, result: PrepareResult) -> PrepareResult:
+        _seen[ref.uid] = _seen.get(ref.uid, 0) + 1
+        if _seen[ref.uid] < 2 or result.error:
+            return result
+        return PrepareResult(
+            devices=tuple(
+                PreparedDevice(
+                    request_names=d.request_names,
+                    pool=d.pool,
+                    device=d.device,
+                    cdi_device_ids=tuple(reversed(d.cdi_device_ids)),
+                    share_id=d.share_id,
+                )
+                for d in result.devices
+            )
+        )
+
+    _wrap_prepare(change)
+
+
+def _wrap_unprepare(check: Callable[[ClaimState, ClaimRef], str | None]) -> None:
+    original = ClaimState.unprepare
+
+    def unprepare(self: ClaimState, ref: ClaimRef) -> str:
+        return check(self, ref) or original(self, ref)
+
+    ClaimState.unprepare = unprepare  # type: ignore[method-assign]
+
+
+def second_unprepare_fails() -> None:
+    def check(state: ClaimState, ref: ClaimRef) -> str | None:
+        if ref.uid in _unprepared:
+            return "already unprepared"
+        if ref.uid in state.claims:
+            _unprepared.add(ref.uid)
+        return None
+
+    _wrap_unprepare(check)
+
+
+def unknown_unprepare_fails() -> None:
+    def remember(ref: ClaimRef, result: PrepareResult) -> PrepareResult:
+        _seen[ref.uid] = _seen.get(ref.uid, 0) + 1
+        return result
+
+    _wrap_prepare(remember)
+    _wrap_unprepare(lambda state, ref: None if ref.uid in state.claims or ref.uid in _seen else "no such claim")
+
+
+def abort_on_claim_error() -> None:
+    import fakedev.plugin.dra as dra_mod
+
+    original = dra_mod.DraV1Servicer.NodePrepareResources
+
+    async def prepare(self: Any, request: Any, context: Any) -> Any:
+        response = await original(self, request, context)
+        if any(entry.error for entry in response.claims.values()):
+            import grpc
+
+            await context.abort(grpc.StatusCode.INTERNAL, "one claim failed, so the whole call fails")
+        return response
+
+    dra_mod.DraV1Servicer.NodePrepareResources = prepare  # type: ignore[method-assign]
+
+
+def _wrap_plan(check: Callable[[Mapping[str, Any], str], Mapping[str, Any]]) -> None:
+    original = claims_mod.compute_claim_plan
+
+    def plan(claim: Mapping[str, Any], *, uid: str, driver: str, node_name: str) -> claims_mod.ClaimPlan:
+        return original(check(claim, uid), uid=uid, driver=driver, node_name=node_name)
+
+    setattr(state_mod, "compute_claim_plan", plan)  # noqa: B010
+
+
+def prepare_unallocated() -> None:
+    original = ClaimState.prepare
+
+    def prepare(self: ClaimState, ref: ClaimRef) -> PrepareResult:
+        result = original(self, ref)
+        return PrepareResult() if "is not allocated" in result.error else result
+
+    ClaimState.prepare = prepare  # type: ignore[method-assign]
+
+
+def ignore_uid() -> None:
+    real_uids: dict[str, str] = {}
+
+    def check(claim: Mapping[str, Any], uid: str) -> Mapping[str, Any]:
+        real_uids[uid] = claim["metadata"]["uid"]
+        return {**claim, "metadata": {**claim["metadata"], "uid": uid}}
+
+    _wrap_plan(check)
+    original = DriverApi.apply_claim_status
+
+    def apply(self: DriverApi, *, namespace: str, name: str, uid: str, devices: Any) -> None:
+        original(self, namespace=namespace, name=name, uid=real_uids.get(uid, uid), devices=devices)
+
+    DriverApi.apply_claim_status = apply  # type: ignore[method-assign]
+
+
+def busy() -> None:
+    original = SerializedDriver.prepare
+
+    async def prepare(self: SerializedDriver, claims: Any) -> Any:
+        if self._lock.locked():
+            return {c.uid: PrepareResult(error="busy: another prepare is running") for c in claims}
+        async with self._lock:
+            import asyncio
+
+            await asyncio.sleep(0.3)  # long enough for concurrent calls to meet
+        return await original(self, claims)
+
+    SerializedDriver.prepare = prepare  # type: ignore[method-assign]
+
+
+def reject_shared() -> None:
+    def check(claim: Mapping[str, Any], uid: str) -> Mapping[str, Any]:
+        if len((claim.get("status") or {}).get("reservedFor") or []) > 1:
+            raise ClaimError("this driver refuses claims shared by several pods")
+        return claim
+
+    _wrap_plan(check)
+
+
+def junk_cdi_spec() -> None:
+    original = ClaimState.load
+
+    def load(self: ClaimState) -> None:
+        original(self)
+        spec = cdi.Spec(
+            version="0.5.0",
+            kind="k8s.junk.example.com/junk",
+            devices=(cdi.Device(name="empty", container_edits=cdi.ContainerEdits()),),
+        )
+        (self.paths.cdi_dir / "k8s.junk.example.com-junk.json").write_text(__import__("json").dumps(spec.to_json()))
+
+    ClaimState.load = load  # type: ignore[method-assign]
+
+
+def leave_specs() -> None:
+    setattr(cdi, "remove_spec", lambda **_: False)  # noqa: B010 - state.py calls cdi.remove_spec
+
+
+def forget_on_restart() -> None:
+    original_load, original_prepare = ClaimState.load, ClaimState.prepare
+
+    def load(self: ClaimState) -> None:
+        self.paths.checkpoint.unlink(missing_ok=True)
+        original_load(self)
+
+    def prepare(self: ClaimState, ref: ClaimRef) -> PrepareResult:
+        leftover = any(ref.uid in p.name for p in self.paths.cdi_dir.iterdir())
+        if leftover and ref.uid not in self.claims:
+            return PrepareResult(error="stale state on disk for a claim this process does not know")
+        return original_prepare(self, ref)
+
+    ClaimState.load, ClaimState.prepare = load, prepare  # type: ignore[method-assign]
+
+
+def connection_per_call() -> None:
+    import grpc.aio
+
+    original = grpc.aio.server
+
+    def server(*args: Any, **kw: Any) -> Any:
+        # Connections older than 300 ms are told to go away; a kubelet session then needs several connections.
+        kw["options"] = [("grpc.max_connection_age_ms", 300), ("grpc.max_connection_age_grace_ms", 10000)]
+        return original(*args, **kw)
+
+    grpc.aio.server = server
+
+    def slow(ref: ClaimRef, result: PrepareResult) -> PrepareResult:
+        time.sleep(0.4)
+        return result
+
+    _wrap_prepare(slow)
+
+
+def bogus_health() -> None:
+    original = HealthBoard.snapshot
+
+    def snapshot(self: HealthBoard) -> Any:
+        ghost = DeviceHealth(
+            pool="ghost-pool",
+            device="ghost-device",
+            health=Health.HEALTHY,
+            last_updated=int(time.time()),
+            timeout_seconds=30,
+        )
+        return [*original(self), ghost]
+
+    HealthBoard.snapshot = snapshot  # type: ignore[method-assign]
+
+
+def metadata_one_version() -> None:
+    setattr(metadata_mod, "METADATA_API_VERSIONS", ("metadata.resource.k8s.io/v1beta1",))  # noqa: B010
+
+
+def status_foreign_manager() -> None:
+    DriverApi.field_manager = property(lambda self: "kube-scheduler")  # type: ignore[assignment, method-assign]
+
+
+def broken_mount() -> None:
+    import fakedev.driver.cdi_edits as edits_mod
+
+    original = edits_mod.render_device_edits
+
+    def edits(**kw: Any) -> cdi.ContainerEdits:
+        base = original(**kw)
+        bad = cdi.Mount(host_path="/nonexistent/fakedev/broken", container_path="/broken", options=("ro", "bind"))
+        return cdi.ContainerEdits(env=base.env, device_nodes=base.device_nodes, mounts=(*base.mounts, bad))
+
+    setattr(edits_mod, "render_device_edits", edits)  # noqa: B010
+
+
+DEFECTS: dict[str, tuple[str, Callable[[], None]]] = {
+    "wrong-type": ("registration.handshake", wrong_type),
+    "v1beta1-first": ("registration.versions", v1beta1_first),
+    "no-owner": ("slices.published", no_owner),
+    "wrong-pool": ("prepare.basic", wrong_pool),
+    "unstable-answer": ("prepare.idempotent", unstable_answer),
+    "second-unprepare-fails": ("unprepare.idempotent", second_unprepare_fails),
+    "unknown-unprepare-fails": ("unprepare.unknown-claim", unknown_unprepare_fails),
+    "abort-on-claim-error": ("errors.per-claim", abort_on_claim_error),
+    "prepare-unallocated": ("prepare.rejects-unallocated", prepare_unallocated),
+    "ignore-uid": ("prepare.rejects-replaced", ignore_uid),
+    "busy": ("prepare.concurrent", busy),
+    "reject-shared": ("claim.shared", reject_shared),
+    "junk-cdi-spec": ("cdi.valid", junk_cdi_spec),
+    "leave-specs": ("cleanup.nothing-left", leave_specs),
+    "forget-on-restart": ("restart.recovery", forget_on_restart),
+    "connection-per-call": ("connection.single", connection_per_call),
+    "bogus-health": ("health.stream", bogus_health),
+    "metadata-one-version": ("metadata.kep5304", metadata_one_version),
+    "status-foreign-manager": ("status.devices", status_foreign_manager),
+    "broken-mount": ("pod.end-to-end", broken_mount),
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="faulty_plugin")
+    parser.add_argument("--defect", required=True, choices=sorted(DEFECTS))
+    parser.add_argument("plugin_args", nargs=argparse.REMAINDER)
+    args = parser.parse_args()
+    DEFECTS[args.defect][1]()
+    from fakedev.cli import main as fakedev_main
+
+    return fakedev_main(["plugin", *[a for a in args.plugin_args if a != "--"]])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
