@@ -45,7 +45,7 @@ check: venv ## ruff, mypy --strict, import-linter layering contracts
 	$(VENV)/bin/lint-imports
 
 bench: build ## Benchmarks; results in build/bench/results.json
-	$(PY) -m harness.bench --out build/bench
+	$(FAKEDEV) bench --out build/bench
 
 cluster: build ## Start a local control plane in the background (stop it with `make cluster-down`)
 	$(FAKEDEV) cluster up

@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from fakedev.cli import bench as bench_cmd
 from fakedev.cli import cluster as cluster_cmd
 from fakedev.cli import conformance as conformance_cmd
 from fakedev.cli import fault as fault_cmd
@@ -29,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="fakedev", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    bench_cmd.add_parser(sub)
     cluster_cmd.add_parser(sub)
     conformance_cmd.add_parser(sub)
     fault_cmd.add_parser(sub)
