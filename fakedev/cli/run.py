@@ -229,7 +229,7 @@ def _run(args: argparse.Namespace) -> int:
         _say("conformance suite against fakedev's plugin")
         driver = template_driver(plugin_command(profile="seed-example", schema="example"))
         with conformance_context(client=cluster.client, kubeconfig=cluster.kubeconfig, driver=driver) as ctx:
-            for r in run_checks(ctx, select(), progress=lambda m: None):
+            for r in run_checks(ctx, select(), progress=lambda _: None):
                 results.append(
                     CaseResult(
                         id=f"conformance.{r.id}",
