@@ -1,13 +1,26 @@
-"""pytest plugin (entry point ``pytest11: fakedev``): a real control plane per xdist worker, markers, options.
+"""pytest plugin (entry point ``pytest11: fakedev``): a real control plane per xdist worker, markers, options, and
+the DRA driver conformance suite as parametrized tests.
 
-Fixtures have plain-function twins in :mod:`harness.cluster.local` (``local_cluster()``), so the same set-up works
-outside pytest.
+Fixtures have plain-function twins (``harness.cluster.local.local_cluster()``,
+``harness.conformance.context.conformance_context()``), so the same set-up works outside pytest. To check a driver
+from any repository::
+
+    # test_my_driver.py
+    from harness.pytest_plugin import run_conformance_check
+
+    def test_conformance(dra_conformance, conformance_check, request):
+        run_conformance_check(dra_conformance, conformance_check, request=request)
+
+    $ pytest test_my_driver.py --dra-driver "my-plugin --node {node} --kubelet-dir {kubelet_root} --cdi {cdi_dir}"
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +29,12 @@ import pytest
 from harness.cluster.build import cached_binaries
 from harness.cluster.local import LocalCluster, start_local_cluster
 from harness.cluster.nodes import NodeHeartbeats
+from harness.conformance.checks import Check
+from harness.conformance.context import ConformanceContext, conformance_context
+from harness.conformance.runner import run_check
+from harness.node.background import BackgroundLoop, BackgroundNode
+from harness.node.drivers import DriverSpec, template_driver
+from harness.node.emulator import NodeEmulator, NodeSettings
 from harness.reaper import reap_all
 from kubeclient.client import KubeClient
 from kubeclient.resources import NAMESPACES
@@ -39,6 +58,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--fakedev-run-base",
         default=None,
         help="where run directories are created (default: $FAKEDEV_RUN_BASE or the temp dir)",
+    )
+    group.addoption(
+        "--dra-driver",
+        default=None,
+        help="command of the DRA driver under test for the conformance fixtures, with placeholders "
+        "{node} {kubelet_root} {registry_dir} {plugins_dir} {cdi_dir} {kubeconfig}",
     )
 
 
@@ -103,3 +128,66 @@ def test_namespace(kube: KubeClient, request: pytest.FixtureRequest) -> Iterator
 def unique_name(request: pytest.FixtureRequest) -> str:
     """A DNS-label name unique to this test, for cluster-scoped objects and emulated nodes."""
     return _dns_label(request.node.name, limit=40) + f"-{os.urandom(3).hex()}"
+
+
+# -- the DRA driver conformance suite as pytest tests ---------------------------------------------------------------
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test asking for ``conformance_check`` runs once per check of the catalogue (ids = check ids)."""
+    if "conformance_check" in metafunc.fixturenames:
+        from harness.conformance.checks import CATALOG
+
+        metafunc.parametrize("conformance_check", CATALOG, ids=[c.id for c in CATALOG])
+
+
+@pytest.fixture(scope="session")
+def dra_driver(request: pytest.FixtureRequest) -> DriverSpec:
+    """The driver under test: ``--dra-driver "<command with {placeholders}>"``; override this fixture to hard-wire one."""
+    command = request.config.getoption("--dra-driver")
+    if not command:
+        pytest.fail("no DRA driver to test: pass --dra-driver '<command>' or override the dra_driver fixture")
+    return template_driver(tuple(shlex.split(command)))
+
+
+@pytest.fixture(scope="session")
+def dra_conformance(local_cluster: LocalCluster, dra_driver: DriverSpec) -> Iterator[ConformanceContext]:
+    """An emulated node with the driver under test registered, shared by the conformance tests of a worker."""
+    with conformance_context(
+        client=local_cluster.client, kubeconfig=local_cluster.kubeconfig, driver=dra_driver
+    ) as ctx:
+        yield ctx
+
+
+_OUTCOMES: dict[str, str] = {}
+
+
+def run_conformance_check(ctx: ConformanceContext, check: Check, *, request: pytest.FixtureRequest) -> None:
+    """Run one check as a test: failed → test failure with the driver's log, CDI specs and checkpoints attached."""
+    result = run_check(ctx, check, done=_OUTCOMES)
+    _OUTCOMES[check.id] = result.outcome
+    for name, text in result.details.items():
+        request.node.add_report_section("call", name, text)
+    if result.outcome == "skipped":
+        pytest.skip(result.message)
+    if result.outcome == "blocked":
+        pytest.skip(f"blocked: {result.message}")
+    if result.outcome in ("failed", "error"):
+        pytest.fail(f"[{check.clause}] {result.message}", pytrace=False)
+
+
+@pytest.fixture
+def emulated_node(local_cluster: LocalCluster, unique_name: str) -> Iterator[NodeEmulator]:
+    """A node emulator (kubelet DRA part + runc pods) for a fresh Node; register drivers in its kubelet root."""
+    base = Path(tempfile.mkdtemp(prefix="fd-"))
+    loop = BackgroundLoop()
+    loop.start()
+    node = BackgroundNode(settings=NodeSettings(name=unique_name, base=base), client=local_cluster.client, loop=loop)
+    emulator = node.start()
+    try:
+        yield emulator
+    finally:
+        node.stop(stop_pods=True)
+        loop.stop()
+        reap_all(base=base)
+        shutil.rmtree(base, ignore_errors=True)

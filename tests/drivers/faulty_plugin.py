@@ -291,6 +291,19 @@ def broken_mount() -> None:
     setattr(edits_mod, "render_device_edits", edits)  # noqa: B010
 
 
+def health_v1alpha1_only() -> None:
+    """Not a defect: a 1.36-era driver that serves health only as v1alpha1 (the kubelet must fall back to it)."""
+    original = registration_mod.RegistrationServicer.__init__
+
+    def init(self: Any, **kw: Any) -> None:
+        kw["versions"] = [v for v in kw["versions"] if v != "v1.DRAResourceHealth"]
+        original(self, **kw)
+
+    registration_mod.RegistrationServicer.__init__ = init  # type: ignore[method-assign]
+
+
+VARIANTS: dict[str, Callable[[], None]] = {"health-v1alpha1-only": health_v1alpha1_only}
+
 DEFECTS: dict[str, tuple[str, Callable[[], None]]] = {
     "wrong-type": ("registration.handshake", wrong_type),
     "v1beta1-first": ("registration.versions", v1beta1_first),
@@ -317,10 +330,10 @@ DEFECTS: dict[str, tuple[str, Callable[[], None]]] = {
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="faulty_plugin")
-    parser.add_argument("--defect", required=True, choices=sorted(DEFECTS))
+    parser.add_argument("--defect", required=True, choices=sorted([*DEFECTS, *VARIANTS]))
     parser.add_argument("plugin_args", nargs=argparse.REMAINDER)
     args = parser.parse_args()
-    DEFECTS[args.defect][1]()
+    (VARIANTS[args.defect] if args.defect in VARIANTS else DEFECTS[args.defect][1])()
     from fakedev.cli import main as fakedev_main
 
     return fakedev_main(["plugin", *[a for a in args.plugin_args if a != "--"]])

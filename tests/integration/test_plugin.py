@@ -514,3 +514,27 @@ def test_refused_registration_is_logged_and_the_plugin_keeps_serving(example_plu
     assert example_plugin.alive()
     assert _run(handshake(example_plugin.registration_socket, registered=[])).driver == "gpu.example.com"
     assert os.access(example_plugin.dra_socket, os.F_OK)
+
+
+def test_unprepare_works_after_the_claim_is_gone_from_the_api(
+    example_plugin: PluginProcess, example_class: str, kube: KubeClient, test_namespace: str
+) -> None:
+    claim = allocated_claim(
+        kube,
+        namespace=test_namespace,
+        node=example_plugin.node,
+        claim=claim_body(name="c", device_class=example_class),
+        pod="p",
+    )
+    ref = _ref(claim)
+    _run(_prepare(example_plugin, [ref]))
+    kube.delete(PODS, "p", namespace=test_namespace, grace_seconds=0)
+    kube.delete(RESOURCE_CLAIMS, "c", namespace=test_namespace)
+    wait_for(
+        lambda: kube.get_or_none(RESOURCE_CLAIMS, "c", namespace=test_namespace) is None,
+        timeout=30,
+        what="claim deleted",
+    )
+    assert _run(_unprepare(example_plugin, [ref])) == {ref.uid: ""}
+    assert _files(example_plugin.cdi_dir) == []
+    assert _files(example_plugin.plugin_dir / "dra-device-metadata") == []

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import pwd
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -75,3 +78,37 @@ def test_each_check_is_failed_by_exactly_its_defect(local_cluster: LocalCluster,
         assert {v for k, v in outcomes.items() if k != target} == {"blocked"}
     else:
         assert {v for k, v in outcomes.items() if k != target} == {"passed"}
+
+
+def test_pytest_conformance_run_attaches_artifacts_to_failures(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # pytester gives the inner run a private HOME; point it at the real binary cache.
+    monkeypatch.setenv("FAKEDEV_CACHE", str(Path(pwd.getpwuid(os.getuid()).pw_dir) / ".cache" / "fakedev"))
+    pytester.makepyfile(
+        test_driver=(
+            "from harness.pytest_plugin import run_conformance_check\n\n"
+            "def test_conformance(dra_conformance, conformance_check, request):\n"
+            "    run_conformance_check(dra_conformance, conformance_check, request=request)\n"
+        )
+    )
+    repo = Path(__file__).resolve().parents[2]
+    command = " ".join(
+        [
+            f"env PYTHONPATH={repo}",
+            sys.executable,
+            "-m",
+            "tests.drivers.faulty_plugin",
+            "--defect",
+            "leave-specs",
+            "--",
+            *PLUGIN_ARGS[1:],
+        ]
+    )
+    result = pytester.runpytest_subprocess(
+        "-q", "-k", "handshake or cleanup", f"--dra-driver={command}", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        ["*[[]§3 Unprepare[]] CDI specs still name claim*", "*driver log*", "*CDI k8s.gpu.example.com-device_*"]
+    )
