@@ -143,7 +143,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture(scope="session")
 def dra_driver(request: pytest.FixtureRequest) -> DriverSpec:
-    """The driver under test: ``--dra-driver "<command with {placeholders}>"``; override this fixture to hard-wire one."""
+    """The driver under test, from ``--dra-driver "<command with {placeholders}>"``; override to hard-wire one."""
     command = request.config.getoption("--dra-driver")
     if not command:
         pytest.fail("no DRA driver to test: pass --dra-driver '<command>' or override the dra_driver fixture")
