@@ -80,7 +80,7 @@ def _run_id_of(path: Path) -> str:
     return path.name.rsplit("-", 1)[-1]
 
 
-def _owner_alive(path: Path) -> bool:
+def owner_alive(path: Path) -> bool:
     lock_path = path / _LOCK_NAME
     if not lock_path.exists():
         return False
@@ -125,7 +125,7 @@ def reap(*, base: Path | None = None, cleaners: Sequence[Cleaner] = ()) -> list[
     root = base or default_run_base()
     reaped = []
     for path in sorted(root.glob(f"{RUN_PREFIX}*")):
-        if not path.is_dir() or _owner_alive(path):
+        if not path.is_dir() or owner_alive(path):
             continue
         run_id = _run_id_of(path)
         kill_run_processes(run_id)

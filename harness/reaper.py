@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness import procs
-from harness.runtime.netns import clean_run_netns
+from harness.runtime.netns import clean_run_netns, delete_netns, list_netns
 from harness.runtime.runc import clean_runc_root
 
 
@@ -23,6 +23,30 @@ def _namespaces(run_id: str, _: Path) -> None:
 CLEANERS: tuple[procs.Cleaner, ...] = (_containers, _namespaces)
 
 
+def _run_alive(run_id: str, *, bases: list[Path]) -> bool:
+    for base in bases:
+        for path in [*base.glob(f"fakedev-*-{run_id}"), *base.glob(f"fd-*/fakedev-*-{run_id}")]:
+            if path.is_dir() and procs.owner_alive(path):
+                return True
+    return bool(procs.tagged_pids(run_id))
+
+
+def reap_orphan_namespaces(*, base: Path | None = None) -> list[str]:
+    """Delete ``fakedev-<id>-…`` namespaces whose run is gone (its directory removed after a failed tear-down)."""
+    # Look where runs live: the given base, the default one, and the short fd-* directories tests and suites use.
+    bases = list(dict.fromkeys([base or procs.default_run_base(), procs.default_run_base()]))
+    removed = []
+    for name in list_netns("fakedev-"):
+        parts = name.split("-")
+        if len(parts) < 3 or _run_alive(parts[1], bases=bases):
+            continue
+        delete_netns(name)
+        removed.append(name)
+    return removed
+
+
 def reap_all(*, base: Path | None = None) -> list[str]:
-    """Reap every dead run under ``base`` with every cleaner; returns the reaped run ids."""
-    return procs.reap(base=base, cleaners=CLEANERS)
+    """Reap every dead run under ``base`` with every cleaner, then orphaned namespaces; returns the reaped run ids."""
+    reaped = procs.reap(base=base, cleaners=CLEANERS)
+    reap_orphan_namespaces(base=base)
+    return reaped

@@ -12,16 +12,19 @@ from typing import Any
 
 from fakedev import logs
 from fakedev.model.inventory import resolve_inventory
+from fakedev.nics.hardware import remove as remove_hardware
+from fakedev.nics.node import NodeNics, install_node_nics
 from fakedev.profiles import load_profile
-from fakedev.render import default_schemas
+from fakedev.render import Schema, default_schemas
 from harness.cluster import daemon
 from harness.cluster.nodes import NodeHeartbeats
 from harness.errors import ClusterStateError
 from harness.node.drivers import DriverContext, DriverProcess, template_driver
-from harness.node.emulator import NodeEmulator, NodeSettings, node_root
+from harness.node.emulator import NodeEmulator, NodeSettings, node_root, node_run_id
 from harness.procs import default_run_base
 from kubeclient import KubeClient
 from kubeclient.resources import PODS
+from linuxns import delete_netns
 
 DESCRIPTION = """\
 run   Emulate one or more nodes: register each Node (Ready, Lease kept fresh), start a `fakedev plugin` per
@@ -76,7 +79,7 @@ def kubeconfig_path(explicit: Path | None) -> Path:
         ) from exc
 
 
-def plugin_command(*, profile: str, schema: str) -> tuple[str, ...]:
+def plugin_command(*, profile: str, schema: str, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The fake plugin as the harness launches any driver: a command line with per-node placeholders."""
     return (
         sys.executable,
@@ -95,7 +98,14 @@ def plugin_command(*, profile: str, schema: str) -> tuple[str, ...]:
         "{cdi_dir}",
         "--kubeconfig",
         "{kubeconfig}",
+        *extra,
     )
+
+
+def _names(args: argparse.Namespace) -> list[str]:
+    if args.node_name and args.nodes == 1:
+        return [args.node_name]
+    return [f"{args.node_name or 'fakedev-node'}-{i}" for i in range(args.nodes)]
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -107,11 +117,8 @@ def _run(args: argparse.Namespace) -> int:
     kubeconfig = kubeconfig_path(args.kubeconfig)
     profile = load_profile(args.profile)
     schemas = default_schemas(resolve_inventory(profile, node_name="probe"))
-    names = (
-        [args.node_name]
-        if args.node_name and args.nodes == 1
-        else [f"{args.node_name or 'fakedev-node'}-{i}" for i in range(args.nodes)]
-    )
+    names = _names(args)
+    fabric_id = node_run_id(names[0])
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -122,10 +129,21 @@ def _run(args: argparse.Namespace) -> int:
         beats = NodeHeartbeats(client=client)
         beats.start()
         nodes, drivers = [], []
+        hardware_made: list[NodeNics] = []
         try:
             for name in names:
+                # The node's NICs are its hardware: made before its drivers start, on one fabric for all nodes.
+                nics = install_node_nics(
+                    resolve_inventory(profile, node_name=name), node_run_id=node_run_id(name), fabric_run_id=fabric_id
+                )
+                hardware_made.extend([nics] if nics else [])
                 node = NodeEmulator(
-                    settings=NodeSettings(name=name, base=args.base, slice_wipe_grace=args.wipe_grace),
+                    settings=NodeSettings(
+                        name=name,
+                        base=args.base,
+                        slice_wipe_grace=args.wipe_grace,
+                        node_netns=nics.hardware.node_netns if nics else None,
+                    ),
                     client=client,
                     heartbeats=beats,
                 )
@@ -134,7 +152,13 @@ def _run(args: argparse.Namespace) -> int:
                 for schema in schemas:
                     d = DriverProcess(
                         name=f"plugin-{schema.value}",
-                        spec=template_driver(plugin_command(profile=args.profile, schema=schema.value)),
+                        spec=template_driver(
+                            plugin_command(
+                                profile=args.profile,
+                                schema=schema.value,
+                                extra=nics.plugin_args() if nics and schema == Schema.DRANET else (),
+                            )
+                        ),
                         context=DriverContext(
                             node=name,
                             kubelet_root=node.paths.kubelet_root,
@@ -152,6 +176,10 @@ def _run(args: argparse.Namespace) -> int:
                 d.stop()
             for node in nodes:
                 await node.stop()
+            for made in hardware_made:
+                remove_hardware(made.hardware)
+            if hardware_made:
+                delete_netns(hardware_made[0].hardware.fabric_netns)
             beats.stop()
 
     asyncio.run(main())

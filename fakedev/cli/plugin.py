@@ -73,6 +73,16 @@ def add_parser(sub: Any) -> None:
         help="run without an API server: sockets only, every prepare fails (socket-level tests)",
     )
     p.add_argument(
+        "--netns",
+        default=None,
+        help="network namespace holding the node's NICs (dranet schema; default: the plugin's own)",
+    )
+    p.add_argument(
+        "--fabric-netns",
+        default=None,
+        help="namespace of the NICs' fabric ports: their link state drives health and NoExecute taints",
+    )
+    p.add_argument(
         "--health-timeout",
         type=int,
         default=30,
@@ -109,6 +119,8 @@ def _run(args: argparse.Namespace) -> int:
         rolling_update_uid=args.rolling_update_uid,
         credentials=_credentials(args),
         health_timeout_seconds=args.health_timeout,
+        nic_netns=args.netns,
+        fabric_netns=args.fabric_netns,
     )
 
     async def main() -> None:

@@ -30,6 +30,8 @@ from harness.reports import CaseResult, compute_exit_code, render_console, rende
 from kubeclient.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+# NVIDIA's class selector, guarded by the driver so other drivers' devices never make the CEL fail.
+MIG_CEL = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'"
 
 
 def add_parser(sub: Any) -> None:
@@ -126,7 +128,7 @@ def _mig(cluster: LocalCluster, loop: BackgroundLoop) -> str:
                 "apiVersion": "resource.k8s.io/v1",
                 "kind": "DeviceClass",
                 "metadata": {"name": "mig.nvidia.com"},
-                "spec": {"selectors": [{"cel": {"expression": "device.attributes['gpu.nvidia.com'].type == 'mig'"}}]},
+                "spec": {"selectors": [{"cel": {"expression": MIG_CEL}}]},
             },
         )
         kube.apply(

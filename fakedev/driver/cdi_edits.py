@@ -154,3 +154,9 @@ def render_claim_spec(*, driver: str, devices: Sequence[tuple[str, cdi.Container
             devices=tuple(cdi.Device(name=name, container_edits=edits) for name, edits in devices),
         )
     )
+
+
+def render_nic_edits(*, host_ifname: str, pod_ifname: str, config: DeviceConfig) -> cdi.ContainerEdits:
+    """A NIC reaches the pod through the CDI 1.1 netDevices edit: the runtime moves and renames the interface."""
+    env = tuple(f"{k}={v}" for k, v in sorted(config.env.items()))
+    return cdi.ContainerEdits(env=env, net_devices=(cdi.NetDevice(host_interface_name=host_ifname, name=pod_ifname),))

@@ -11,7 +11,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal, TypedDict
+from typing import Final, Literal, NotRequired, TypedDict
 
 from fakedev.driver.fsutil import atomic_write
 from fakedev.errors import CheckpointError
@@ -29,6 +29,17 @@ class DeviceRecord(TypedDict):
     shareID: str | None
 
 
+class NicRecord(TypedDict):
+    device: str
+    hostIfname: str
+    podIfname: str
+    mac: str
+    mtu: int
+    addresses: list[str]
+    hardwareMac: str
+    hardwareMtu: int
+
+
 class ClaimRecord(TypedDict):
     uid: str
     namespace: str
@@ -41,6 +52,7 @@ class ClaimRecord(TypedDict):
     """Directory name inside the metadata root, "" when none."""
     metadataGeneration: int
     statusApplied: bool
+    nics: NotRequired[list[NicRecord]]
 
 
 class CheckpointFile(TypedDict):

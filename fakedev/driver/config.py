@@ -41,6 +41,7 @@ class DeviceConfig:
     interface_name: str | None = None
     mtu: int | None = None
     addresses: tuple[str, ...] = ()
+    ipv6: bool = False
 
 
 def _fail(path: str, rule: str) -> ClaimError:
@@ -103,7 +104,7 @@ def parse_config(parameters: Mapping[str, Any], *, kinds: frozenset[str], path: 
     if kind not in kinds:
         raise _fail(f"{path}.kind", f"must be one of {', '.join(sorted(kinds))} for this device, not {kind!r}")
     if kind in NIC_KINDS:
-        _only(parameters, path=path, allowed={"apiVersion", "kind", "interfaceName", "mtu", "addresses", "env"})
+        _only(parameters, path=path, allowed={"apiVersion", "kind", "interfaceName", "mtu", "addresses", "ipv6", "env"})
         ifname = parameters.get("interfaceName")
         if ifname is not None and (not isinstance(ifname, str) or not _IFNAME.match(ifname)):
             raise _fail(f"{path}.interfaceName", "must be 1-15 characters of letters, digits, '_', '.', '-'")
@@ -117,10 +118,14 @@ def parse_config(parameters: Mapping[str, Any], *, kinds: frozenset[str], path: 
             or not all(isinstance(a, str) for a in addresses)
         ):
             raise _fail(f"{path}.addresses", "must be a list of CIDR strings")
+        ipv6 = parameters.get("ipv6", False)
+        if not isinstance(ipv6, bool):
+            raise _fail(f"{path}.ipv6", "must be true or false")
         return DeviceConfig(
             interface_name=ifname,
             mtu=mtu,
             addresses=tuple(addresses),
+            ipv6=ipv6,
             env=_env(parameters.get("env", {}), path=f"{path}.env"),
         )
     _only(parameters, path=path, allowed={"apiVersion", "kind", "sharing", "env"})
@@ -139,5 +144,6 @@ def merge_configs(configs: Sequence[DeviceConfig]) -> DeviceConfig:
             interface_name=c.interface_name or result.interface_name,
             mtu=c.mtu or result.mtu,
             addresses=c.addresses or result.addresses,
+            ipv6=c.ipv6 or result.ipv6,
         )
     return result

@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import cdi
 from fakedev.driver import cdi_edits, metadata
-from fakedev.driver.checkpoint import Checkpoint, ClaimRecord, DeviceRecord
+from fakedev.driver.checkpoint import Checkpoint, ClaimRecord, DeviceRecord, NicRecord
 from fakedev.driver.claims import AllocatedDevice, ClaimPlan, check_claim_ref, compute_claim_plan, configs_for
 from fakedev.driver.config import GPU_KINDS, NIC_KINDS, DeviceConfig, merge_configs, parse_config
 from fakedev.driver.fsutil import atomic_write
@@ -28,6 +28,9 @@ from fakedev.errors import ClaimError, KubeApiError
 from fakedev.kube import DriverApi
 from fakedev.model.identity import mig_uuid
 from fakedev.model.inventory import MigDevice, NicPf, NicVf, VirtualNic
+from fakedev.nics import host as nic_host
+from fakedev.nics.plan import NicAssignment, compute_assignment
+from fakedev.nics.ports import ifname_of
 from fakedev.render.published import PublishedDevice
 from kubeletapi.types import ClaimRef, PreparedDevice, PrepareResult
 
@@ -77,6 +80,8 @@ class ClaimState:
     api: DriverApi | None
     """None when the plugin runs without an API server: claims cannot be read, so every prepare fails clearly."""
     lookup: Lookup
+    nic_netns: str | None = None
+    """The node namespace holding its NICs (None: ours); NIC claims are configured there before the pod gets them."""
     claims: dict[str, ClaimRecord] = field(default_factory=dict)
 
     @property
@@ -111,17 +116,21 @@ class ClaimState:
         plan = compute_claim_plan(claim, uid=ref.uid, driver=self.driver, node_name=self.node_name)
         published = [self._published(d) for d in plan.devices]
         configs = {d.request: self._config(plan, d, p) for d, p in zip(plan.devices, published, strict=True)}
+        nics = self._assign_nics(plan=plan, published=published, configs=configs, known=known)
+        for nic in nics.values():
+            nic_host.configure(self.nic_netns, nic_assignment(nic))
         record = self._write(
             plan=plan,
             published=published,
             configs=configs,
+            nics=nics,
             generation=(known["metadataGeneration"] if known else 0) + 1,
         )
         self.api.apply_claim_status(
             namespace=plan.namespace,
             name=plan.name,
             uid=plan.uid,
-            devices=[_status_entry(self.driver, d) for d in plan.devices],
+            devices=[_status_entry(self.driver, d, nics.get(d.device)) for d in plan.devices],
         )
         record["statusApplied"] = True
         self.claims[ref.uid] = record
@@ -147,12 +156,62 @@ class ClaimState:
             ]
         )
 
+    def _assign_nics(
+        self,
+        *,
+        plan: ClaimPlan,
+        published: Sequence[PublishedDevice],
+        configs: Mapping[str, DeviceConfig],
+        known: ClaimRecord | None,
+    ) -> dict[str, NicRecord]:
+        """Names, MACs and addresses for the claim's NICs; a claim prepared before keeps what it had."""
+        kept = {n["device"]: n for n in (known.get("nics", []) if known else [])}
+        others = [n for uid, r in self.claims.items() if uid != plan.uid for n in r.get("nics", [])]
+        used_names = {n["podIfname"] for n in others}
+        used_addresses = {a for n in others for a in n["addresses"]}
+        out: dict[str, NicRecord] = {}
+        for d, p in zip(plan.devices, published, strict=True):
+            host_ifname = ifname_of(p.model)
+            if host_ifname is None:
+                continue
+            if isinstance(p.model, NicPf) and p.model.link.value != "ethernet":
+                raise ClaimError(f"{d.device} is an InfiniBand port; fakedev emulates only Ethernet NICs as veth")
+            if d.device in kept:
+                out[d.device] = kept[d.device]
+                continue
+            model_mtu = getattr(p.model, "mtu", 1500)
+            a = compute_assignment(
+                node_name=self.node_name,
+                claim_uid=plan.uid,
+                device=d.device,
+                host_ifname=host_ifname,
+                default_mtu=int(model_mtu),
+                config=configs[d.request],
+                used_names=used_names,
+                used_addresses=used_addresses,
+                ipv6=configs[d.request].ipv6,
+            )
+            used_names.add(a.pod_ifname)
+            used_addresses.update(a.addresses)
+            out[d.device] = {
+                "device": d.device,
+                "hostIfname": a.host_ifname,
+                "podIfname": a.pod_ifname,
+                "mac": a.mac,
+                "mtu": a.mtu,
+                "addresses": list(a.addresses),
+                "hardwareMac": str(getattr(p.model, "mac", "")),
+                "hardwareMtu": int(model_mtu),
+            }
+        return out
+
     def _write(
         self,
         *,
         plan: ClaimPlan,
         published: Sequence[PublishedDevice],
         configs: Mapping[str, DeviceConfig],
+        nics: Mapping[str, NicRecord],
         generation: int,
     ) -> ClaimRecord:
         identity = metadata.ClaimIdentity(
@@ -174,13 +233,20 @@ class ClaimState:
         for d, p in zip(plan.devices, published, strict=True):
             for node in cdi_edits.device_nodes(p.model):
                 ensure_fake_node(self.paths.dev_root, node.host_relpath)
-            edits = cdi_edits.render_device_edits(
-                model=p.model,
-                device=d.device,
-                config=configs[d.request],
-                visible_uuids=visible,
-                dev_root=self.paths.dev_root,
-                mig_uuid=mig_uuids.get(d.device),
+            nic = nics.get(d.device)
+            edits = (
+                cdi_edits.render_nic_edits(
+                    host_ifname=nic["hostIfname"], pod_ifname=nic["podIfname"], config=configs[d.request]
+                )
+                if nic is not None
+                else cdi_edits.render_device_edits(
+                    model=p.model,
+                    device=d.device,
+                    config=configs[d.request],
+                    visible_uuids=visible,
+                    dev_root=self.paths.dev_root,
+                    mig_uuid=mig_uuids.get(d.device),
+                )
             )
             name = cdi_edits.claim_device_name(claim_uid=plan.uid, device=d.device)
             cdi_devices.append((name, edits))
@@ -195,9 +261,15 @@ class ClaimState:
                 }
             )
             attributes: dict[str, Any] = {k: dict(v) for k, v in p.attributes.items()}
-            metadata_devices.setdefault(d.request, []).append(
-                {"driver": self.driver, "pool": d.pool, "name": d.device, "attributes": attributes}
-            )
+            entry: metadata.MetadataDevice = {
+                "driver": self.driver,
+                "pool": d.pool,
+                "name": d.device,
+                "attributes": attributes,
+            }
+            if nic is not None:
+                entry["networkData"] = _network_data(nic)
+            metadata_devices.setdefault(d.request, []).append(entry)
         spec_files = [cdi_edits.claim_spec_file(driver=self.driver, claim_uid=plan.uid)]
         cdi.write_spec(
             spec=cdi_edits.render_claim_spec(driver=self.driver, devices=cdi_devices),
@@ -239,6 +311,7 @@ class ClaimState:
             "metadataDir": claim_dir.name,
             "metadataGeneration": generation,
             "statusApplied": False,
+            "nics": list(nics.values()),
         }
 
     def _files_present(self, record: ClaimRecord) -> bool:
@@ -262,6 +335,11 @@ class ClaimState:
         )
         dir_name = record["metadataDir"] if record else f"{ref.namespace}_{ref.name}"
         shutil.rmtree(self.paths.metadata_root / dir_name, ignore_errors=True)
+        for nic in record.get("nics", []) if record else []:
+            # Back in the node's namespace (the runtime moved it out of the pod): hardware MAC and MTU, no addresses.
+            nic_host.reset(
+                self.nic_netns, host_ifname=nic["hostIfname"], mac=nic["hardwareMac"], mtu=nic["hardwareMtu"]
+            )
         try:
             if self.api is not None:
                 self.api.apply_claim_status(namespace=ref.namespace, name=ref.name, uid=ref.uid, devices=[])
@@ -284,21 +362,44 @@ def _prepared(record: DeviceRecord) -> PreparedDevice:
     )
 
 
-def _status_entry(driver: str, device: AllocatedDevice) -> dict[str, Any]:
-    entry: dict[str, Any] = {
-        "driver": driver,
-        "pool": device.pool,
-        "device": device.device,
-        "conditions": [
+def _network_data(nic: NicRecord) -> metadata.NetworkData:
+    return {"interfaceName": nic["podIfname"], "ips": list(nic["addresses"]), "hardwareAddress": nic["mac"]}
+
+
+def nic_assignment(nic: NicRecord) -> NicAssignment:
+    return NicAssignment(
+        device=nic["device"],
+        host_ifname=nic["hostIfname"],
+        pod_ifname=nic["podIfname"],
+        mac=nic["mac"],
+        mtu=nic["mtu"],
+        addresses=tuple(nic["addresses"]),
+    )
+
+
+def _status_entry(driver: str, device: AllocatedDevice, nic: NicRecord | None) -> dict[str, Any]:
+    now = _now()
+    conditions = [
+        {
+            "type": "Ready",
+            "status": "True",
+            "reason": READY_REASON,
+            "lastTransitionTime": now,
+            "message": "prepared by fakedev",
+        }
+    ]
+    entry: dict[str, Any] = {"driver": driver, "pool": device.pool, "device": device.device, "conditions": conditions}
+    if nic is not None:
+        conditions.append(
             {
-                "type": "Ready",
+                "type": "NetworkReady",
                 "status": "True",
-                "reason": READY_REASON,
-                "lastTransitionTime": _now(),
-                "message": "prepared by fakedev",
+                "reason": "InterfaceConfigured",
+                "lastTransitionTime": now,
+                "message": f"{nic['podIfname']} configured",
             }
-        ],
-    }
+        )
+        entry["networkData"] = _network_data(nic)
     if device.share_id is not None:
         entry["shareID"] = device.share_id
     return entry

@@ -21,7 +21,10 @@ from fakedev.errors import FakedevError, KubeApiError, ProfileError
 from fakedev.faults import Faults
 from fakedev.kube import DriverApi
 from fakedev.model.inventory import NodeInventory, resolve_inventory
+from fakedev.nics.ports import compute_ports, ifname_of
+from fakedev.nics.watch import LinkWatcher
 from fakedev.plugin.control import ControlServer, ControlTarget
+from fakedev.plugin.control import render_taint as _taint_now
 from fakedev.plugin.health import HealthBoard
 from fakedev.plugin.paths import PluginPaths
 from fakedev.plugin.server import PluginServer
@@ -54,6 +57,10 @@ class PluginSettings:
     """None: run without an API server (no slices, no claim reads) — only useful for socket-level tests."""
     health_timeout_seconds: int = 30
     publish: bool = True
+    nic_netns: str | None = None
+    """The node's network namespace holding its NICs (dranet schema); None: the plugin's own."""
+    fabric_netns: str | None = None
+    """Where the NICs' fabric ports live; when set, their link state drives device health and taints."""
 
 
 def choose_schema(inventory: NodeInventory, *, requested: Schema | None, profile: str) -> Schema:
@@ -86,6 +93,7 @@ class PluginApp:
     publisher: SlicePublisher | None = None
     state: ClaimState | None = None
     faults: Faults = field(default_factory=Faults)
+    link_watcher: LinkWatcher | None = None
     _republish: asyncio.Event = field(default_factory=asyncio.Event)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     ready_at: float | None = None
@@ -150,6 +158,7 @@ class PluginApp:
             ),
             api=api,
             lookup=self.lookup,
+            nic_netns=s.nic_netns,
         )
         state.load()
         self.state = state
@@ -173,6 +182,8 @@ class PluginApp:
                 }
             },
         )
+        if s.fabric_netns is not None and self.schema == Schema.DRANET:
+            self._watch_links(s.fabric_netns)
         if api is not None and s.publish:
             self.publisher = SlicePublisher(api=api, render=self._render)
             self._republish.set()
@@ -239,7 +250,38 @@ class PluginApp:
             "healthSubscribers": self.health.subscribers,
         }
 
+    def _watch_links(self, fabric_netns: str) -> None:
+        """Hot-unplug and carrier loss of a NIC: Unhealthy on the health stream and a NoExecute taint, until back."""
+        assert self.inventory is not None
+        devices = {
+            ifname_of(p.model): ref.device for ref, p in (self.rendered.devices if self.rendered else {}).items()
+        }
+        loop = asyncio.get_running_loop()
+
+        def changed(ifname: str, healthy: bool, why: str) -> None:  # noqa: FBT001 - the watcher's callback shape
+            device = devices.get(ifname)
+            if device is None:
+                return
+            taint = None if healthy else _taint_now("NoExecute", f"nic-{why}")
+            loop.call_soon_threadsafe(
+                lambda: self.set_health(
+                    device=device,
+                    health=Health.HEALTHY if healthy else Health.UNHEALTHY,
+                    message=f"{ifname}: {why}",
+                    taint=taint,
+                )
+            )
+
+        self.link_watcher = LinkWatcher(
+            fabric_netns=fabric_netns,
+            ports={p.port: p.ifname for p in compute_ports(self.inventory)},
+            on_change=changed,
+        )
+        self.link_watcher.start()
+
     async def stop(self) -> None:
+        if self.link_watcher is not None:
+            self.link_watcher.stop()
         if self.control is not None:
             await self.control.stop()
         for task in self._tasks:

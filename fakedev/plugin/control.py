@@ -44,7 +44,7 @@ class ControlTarget:
     faults: Faults
 
 
-def _taint(effect: str, message: str) -> DeviceTaint:
+def render_taint(effect: str, message: str) -> DeviceTaint:
     if effect not in EFFECTS:
         raise FakedevError(f"taint effect must be one of {', '.join(EFFECTS)}, not {effect!r}")
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -69,7 +69,7 @@ def handle(request: Any, target: ControlTarget) -> dict[str, Any]:
                 device=str(request.get("device", "")),
                 health=health,
                 message=message,
-                taint=_taint(str(taint), message) if taint else None,
+                taint=render_taint(str(taint), message) if taint else None,
             )
             return {"ok": True}
         if op == "set-fault":

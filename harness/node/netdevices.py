@@ -10,33 +10,29 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from harness.errors import ComponentError
 from harness.runtime.netns import netlink, netns_path
 
-RECORD: Final = "netdevices.json"
 
+def apply_net_devices(oci: dict[str, Any], *, sandbox: str, source_netns: str | None, record: Path) -> dict[str, Any]:
+    """Move every ``linux.netDevices`` interface into ``sandbox``; return the spec without the field.
 
-def _record_path(sandbox: str) -> Path:
-    # Kept next to the namespace mount so teardown finds it without the pod's state.
-    return Path("/var/run/netns") / f".{sandbox}.{RECORD}"
-
-
-def apply_net_devices(oci: dict[str, Any], *, sandbox: str, source_netns: str | None) -> dict[str, Any]:
-    """Move every ``linux.netDevices`` interface into ``sandbox``; return the spec without the field."""
+    ``record`` (in the pod's state directory) remembers each moved interface's host name for teardown.
+    """
     linux = dict(oci.get("linux") or {})
     devices: dict[str, Any] = linux.pop("netDevices", None) or {}
     if not devices:
         return oci
-    moved = json.loads(_record_path(sandbox).read_text()) if _record_path(sandbox).exists() else {}
+    moved = json.loads(record.read_text()) if record.exists() else {}
     for host_name, target in devices.items():
         name = (target or {}).get("name") or host_name
         if name in moved:
             continue  # a container restart: the interface is already in the sandbox
         _move(host_name=host_name, name=name, source=source_netns, sandbox=sandbox)
         moved[name] = host_name
-        _record_path(sandbox).write_text(json.dumps(moved))
+        record.write_text(json.dumps(moved))
     return {**oci, "linux": linux}
 
 
@@ -64,9 +60,8 @@ def _move(*, host_name: str, name: str, source: str | None, sandbox: str) -> Non
         dst.link("set", index=new, state="up")
 
 
-def release_net_devices(*, sandbox: str, target_netns: str | None) -> None:
+def release_net_devices(*, sandbox: str, target_netns: str | None, record: Path) -> None:
     """Move interfaces back out of ``sandbox`` under their host names."""
-    record = _record_path(sandbox)
     if not record.exists():
         return
     moved: dict[str, str] = json.loads(record.read_text())

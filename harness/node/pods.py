@@ -79,6 +79,7 @@ class PodWorker:
     last_status: dict[str, Any] | None = None
     transitions: dict[str, tuple[bool, str]] = field(default_factory=dict)
     adopted: bool = False
+    sandbox_removed: bool = False
 
     @property
     def name(self) -> str:
@@ -260,7 +261,9 @@ class PodWorker:
         if ids:
             registry = cdi.load_registry(spec_dirs=list(self.node.settings.cdi_dirs or (self.node.paths.cdi,)))
             oci = cdi.inject_devices(oci_spec=oci, registry=registry, device_ids=ids)
-        oci = apply_net_devices(oci, sandbox=self.sandbox, source_netns=self.node.settings.node_netns)
+        oci = apply_net_devices(
+            oci, sandbox=self.sandbox, source_netns=self.node.settings.node_netns, record=self.dir / "netdevices.json"
+        )
         (self.dir / "cdi-ids").mkdir(parents=True, exist_ok=True)
         (self.dir / "cdi-ids" / name).write_text("\n".join(ids) + ("\n" if ids else ""))
         container = self.node.runtime.run(container_id=cid, bundle=bundle, spec=oci, run=self.node.run)
@@ -311,6 +314,16 @@ class PodWorker:
         await self.stop_containers(
             grace=float(spec.get("terminationGracePeriodSeconds", 30) if grace is None else grace)
         )
+        if self.sandbox is not None and not self.sandbox_removed:
+            # The runtime hands network devices back to the node before the driver unprepares them.
+            await asyncio.to_thread(
+                release_net_devices,
+                sandbox=self.sandbox,
+                target_netns=self.node.settings.node_netns,
+                record=self.dir / "netdevices.json",
+            )
+            await asyncio.to_thread(delete_netns, self.sandbox)
+            self.sandbox_removed = True
         if time.monotonic() < self.next_attempt:
             return False
         try:
@@ -329,11 +342,6 @@ class PodWorker:
                     warning=True,
                 )
             return False
-        if self.sandbox is not None:
-            await asyncio.to_thread(
-                release_net_devices, sandbox=self.sandbox, target_netns=self.node.settings.node_netns
-            )
-            await asyncio.to_thread(delete_netns, self.sandbox)
         self.cleaned = True
         return True
 

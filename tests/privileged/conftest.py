@@ -11,11 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from fakedev.model.inventory import resolve_inventory
+from fakedev.nics.hardware import remove as remove_hardware
+from fakedev.nics.node import NodeNics, install_node_nics
+from fakedev.profiles import load_profile
 from harness.cluster.local import LocalCluster
 from harness.node.background import BackgroundLoop, BackgroundNode
 from harness.node.drivers import DriverContext, DriverProcess, template_driver
-from harness.node.emulator import NodeEmulator, NodeSettings
-from harness.runtime.netns import list_run_netns
+from harness.node.emulator import NodeEmulator, NodeSettings, node_run_id
+from harness.runtime.netns import clean_run_netns, delete_netns, list_run_netns
 from kubeclient import KubeClient
 from kubeclient.resources import NODES, PODS, RESOURCE_SLICES
 
@@ -48,6 +52,7 @@ class NodeRig:
 
     background: BackgroundNode
     kubeconfig: Path
+    nics: NodeNics | None = None
     drivers: list[DriverProcess] = field(default_factory=list)
 
     @property
@@ -89,13 +94,29 @@ def node_rig_factory(
     loop.start()
     base = Path(tempfile.mkdtemp(prefix="fd-"))
     rigs: list[NodeRig] = []
+    hardware: list[NodeNics] = []
 
-    def make(*, suffix: str = "", wipe_grace: float = 30.0) -> NodeRig:
+    def make(*, suffix: str = "", wipe_grace: float = 30.0, nic_profile: str | None = None) -> NodeRig:
+        name = f"{unique_name}{suffix}"
+        nics = None
+        if nic_profile is not None:
+            nics = install_node_nics(
+                resolve_inventory(load_profile(nic_profile), node_name=name),
+                node_run_id=node_run_id(name),
+                fabric_run_id=node_run_id(name),
+            )
+            hardware.extend([nics] if nics else [])
         settings = NodeSettings(
-            name=f"{unique_name}{suffix}", base=base, slice_wipe_grace=wipe_grace, rootfs_cache=base / "cache"
+            name=name,
+            base=base,
+            slice_wipe_grace=wipe_grace,
+            rootfs_cache=base / "cache",
+            node_netns=nics.hardware.node_netns if nics else None,
         )
         rig = NodeRig(
-            background=BackgroundNode(settings=settings, client=kube, loop=loop), kubeconfig=local_cluster.kubeconfig
+            background=BackgroundNode(settings=settings, client=kube, loop=loop),
+            kubeconfig=local_cluster.kubeconfig,
+            nics=nics,
         )
         rig.background.start()
         _USED_RUN_IDS.add(rig.node.run.run_id)
@@ -103,16 +124,25 @@ def node_rig_factory(
         return rig
 
     yield make
-    for rig in rigs:
-        for d in rig.drivers:
-            d.stop()
-        for pod in kube.list(PODS, field_selector=f"spec.nodeName={rig.name}"):
-            kube.delete(PODS, pod["metadata"]["name"], namespace=pod["metadata"]["namespace"], grace_seconds=0)
-        rig.background.stop(stop_pods=True)
-        for s in kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={rig.name}"):
-            kube.delete(RESOURCE_SLICES, s["metadata"]["name"])
-        kube.delete(NODES, rig.name)
-    loop.stop()
+    try:
+        for rig in rigs:
+            for d in rig.drivers:
+                d.stop()
+            for pod in kube.list(PODS, field_selector=f"spec.nodeName={rig.name}"):
+                kube.delete(PODS, pod["metadata"]["name"], namespace=pod["metadata"]["namespace"], grace_seconds=0)
+            try:
+                rig.background.stop(stop_pods=True)
+            finally:
+                # Even when stopping timed out, nothing of the node may stay behind.
+                clean_run_netns(node_run_id(rig.name))
+            for s in kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={rig.name}"):
+                kube.delete(RESOURCE_SLICES, s["metadata"]["name"])
+            kube.delete(NODES, rig.name)
+    finally:
+        for nics in hardware:
+            remove_hardware(nics.hardware)
+            delete_netns(nics.hardware.fabric_netns)
+        loop.stop()
     from harness.reaper import reap_all
 
     reap_all(base=base)

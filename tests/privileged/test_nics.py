@@ -1,0 +1,311 @@
+"""Fake NICs are real interfaces: pods get them with the name, MAC and IPs the claim reports; hot-unplug taints
+them and the real device-taint-eviction controller acts (issue 6)."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fakedev.nics.hardware import plug, unplug
+from harness.kube.waits import wait_gone, wait_object
+from harness.procs import wait_for
+from kubeclient import KubeClient
+from kubeclient.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from linuxns import netlink
+from tests.privileged.conftest import NodeRig, fake_plugin_command
+
+pytestmark = [pytest.mark.cluster, pytest.mark.privileged]
+
+
+@pytest.fixture
+def nic_rig(node_rig_factory: Callable[..., NodeRig]) -> NodeRig:
+    rig = node_rig_factory(nic_profile="nic-only")
+    assert rig.nics is not None
+    rig.add_driver(
+        fake_plugin_command(profile="nic-only", schema="dranet", extra=rig.nics.plugin_args()), wait_for="dra.net"
+    )
+    return rig
+
+
+@pytest.fixture
+def nic_class(kube: KubeClient, unique_name: str) -> Iterator[str]:
+    # Ethernet PFs only: InfiniBand ports cannot be veths, and VFs would share the PF's root.
+    expression = (
+        'device.driver == "dra.net" && device.attributes["dra.net"].encapsulation == "ether" && '
+        '!("isSriovVf" in device.attributes["dra.net"]) && device.attributes["dra.net"].virtual == false'
+    )
+    kube.create(
+        DEVICE_CLASSES,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": unique_name},
+            "spec": {"selectors": [{"cel": {"expression": expression}}]},
+        },
+    )
+    yield unique_name
+    kube.delete(DEVICE_CLASSES, unique_name)
+
+
+def _nic_claim(name: str, device_class: str, *, tolerate: bool = False, config: dict[str, Any] | None = None) -> Any:
+    request: dict[str, Any] = {"name": "nic", "exactly": {"deviceClassName": device_class}}
+    if tolerate:
+        request["exactly"]["tolerations"] = [
+            {"key": "fakedev.io/unhealthy", "operator": "Exists", "effect": "NoExecute"}
+        ]
+    spec: dict[str, Any] = {"devices": {"requests": [request]}}
+    if config:
+        spec["devices"]["config"] = [{"requests": ["nic"], "opaque": {"driver": "dra.net", "parameters": config}}]
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name}, "spec": spec}
+
+
+def _pod(name: str, node: str, claim: str, command: str) -> Any:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "resourceClaims": [{"name": "net", "resourceClaimName": claim}],
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "busybox",
+                    "command": ["sh", "-c", command],
+                    "resources": {"claims": [{"name": "net"}]},
+                }
+            ],
+        },
+    }
+
+
+def _running(kube: KubeClient, ns: str, name: str) -> Any:
+    return wait_object(
+        kube,
+        PODS,
+        name,
+        namespace=ns,
+        timeout=60,
+        what="Running",
+        predicate=lambda p: p.get("status", {}).get("phase") in ("Running", "Failed"),
+    )
+
+
+def _network(kube: KubeClient, ns: str, claim: str) -> Any:
+    (entry,) = kube.get(RESOURCE_CLAIMS, claim, namespace=ns)["status"]["devices"]
+    return entry
+
+
+def test_pod_sees_the_interface_its_claim_status_reports(
+    nic_rig: NodeRig, nic_class: str, kube: KubeClient, test_namespace: str
+) -> None:
+    kube.create(RESOURCE_CLAIMS, _nic_claim("c", nic_class), namespace=test_namespace)
+    kube.create(PODS, _pod("p", nic_rig.name, "c", "ip -o link; ip -o addr; sleep 3600"), namespace=test_namespace)
+    assert _running(kube, test_namespace, "p")["status"]["phase"] == "Running"
+    worker = nic_rig.node.pod_worker(namespace=test_namespace, name="p")
+    assert worker is not None
+    wait_for(lambda: " inet " in worker.container_logs(), timeout=20, what="container output")
+    entry = _network(kube, test_namespace, "c")
+    data = entry["networkData"]
+    assert {c["type"]: c["status"] for c in entry["conditions"]} == {"Ready": "True", "NetworkReady": "True"}
+    out = worker.container_logs()
+    link = next((line for line in out.splitlines() if re.match(rf"\d+: {data['interfaceName']}[@:]", line)), out)
+    assert f"link/ether {data['hardwareAddress']}" in link
+    addrs = re.findall(rf"\d+: {data['interfaceName']}\s+inet6? (\S+)", out)
+    # The kernel adds an IPv6 link-local address of its own; the claim reports the assigned ones.
+    assert sorted(a for a in addrs if not a.startswith("fe80:")) == sorted(data["ips"])
+    assert data["interfaceName"] == "net1"
+    assert ipaddress.ip_interface(data["ips"][0]).version == 4
+    # The device-metadata file carries the same networkData.
+    spec = json.loads(next(p for p in nic_rig.node.paths.cdi.iterdir() if "_metadata_" in p.name).read_text())
+    host_file = spec["devices"][0]["containerEdits"]["mounts"][0]["hostPath"]
+    doc = json.loads(Path(host_file).read_text().splitlines()[0])
+    assert doc["requests"][0]["devices"][0]["networkData"] == data
+
+
+def test_configured_name_and_addresses_are_used_and_released(
+    nic_rig: NodeRig, nic_class: str, kube: KubeClient, test_namespace: str
+) -> None:
+    config = {
+        "apiVersion": "resource.fakedev.io/v1alpha1",
+        "kind": "NicConfig",
+        "interfaceName": "data0",
+        "mtu": 1500,
+        "addresses": ["192.168.77.5/24"],
+    }
+    kube.create(RESOURCE_CLAIMS, _nic_claim("c", nic_class, config=config), namespace=test_namespace)
+    kube.create(
+        PODS,
+        _pod("p", nic_rig.name, "c", "ip -o addr show data0; ip -o link show data0; sleep 3600"),
+        namespace=test_namespace,
+    )
+    _running(kube, test_namespace, "p")
+    data = _network(kube, test_namespace, "c")["networkData"]
+    assert (data["interfaceName"], data["ips"]) == ("data0", ["192.168.77.5/24"])
+    host = (
+        data
+        and kube.get(RESOURCE_CLAIMS, "c", namespace=test_namespace)["status"]["allocation"]["devices"]["results"][0][
+            "device"
+        ]
+    )
+    kube.delete(PODS, "p", namespace=test_namespace, grace_seconds=1)
+    wait_gone(kube, PODS, "p", namespace=test_namespace, timeout=30)
+    # Back in the node's namespace: hardware MAC, no addresses.
+    assert nic_rig.nics is not None
+    slices = kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={nic_rig.name}")
+    attrs = next(d["attributes"] for s in slices for d in s["spec"]["devices"] if d["name"] == host)
+    ifname, hw_mac = attrs["dra.net/ifName"]["string"], attrs["dra.net/mac"]["string"]
+    with netlink(nic_rig.nics.hardware.node_netns) as ipr:
+        (idx,) = ipr.link_lookup(ifname=ifname)
+        assert ipr.get_links(idx)[0].get_attr("IFLA_ADDRESS") == hw_mac
+        assert [a.get_attr("IFA_ADDRESS") for a in ipr.get_addr(index=idx, family=2)] == []
+
+
+def test_two_pods_ping_each_other_over_the_fabric(
+    nic_rig: NodeRig, nic_class: str, kube: KubeClient, test_namespace: str
+) -> None:
+    kube.create(RESOURCE_CLAIMS, _nic_claim("server", nic_class), namespace=test_namespace)
+    kube.create(PODS, _pod("server", nic_rig.name, "server", "sleep 3600"), namespace=test_namespace)
+    _running(kube, test_namespace, "server")
+    target = ipaddress.ip_interface(_network(kube, test_namespace, "server")["networkData"]["ips"][0]).ip
+    kube.create(RESOURCE_CLAIMS, _nic_claim("client", nic_class), namespace=test_namespace)
+    kube.create(PODS, _pod("client", nic_rig.name, "client", f"ping -c 3 -W 2 {target}"), namespace=test_namespace)
+    done = wait_object(
+        kube,
+        PODS,
+        "client",
+        namespace=test_namespace,
+        timeout=60,
+        what="finished",
+        predicate=lambda p: p.get("status", {}).get("phase") in ("Succeeded", "Failed"),
+    )
+    worker = nic_rig.node.pod_worker(namespace=test_namespace, name="client")
+    log = worker.container_logs() if worker else ""
+    assert done["status"]["phase"] == "Succeeded", log
+    assert "3 packets transmitted, 3 packets received" in log or "3 received" in log
+
+
+def test_hot_unplug_evicts_the_pod_unless_it_tolerates_the_taint(
+    nic_rig: NodeRig, nic_class: str, kube: KubeClient, test_namespace: str
+) -> None:
+    assert nic_rig.nics is not None
+    for name, tolerate in (("fragile", False), ("tough", True)):
+        kube.create(RESOURCE_CLAIMS, _nic_claim(name, nic_class, tolerate=tolerate), namespace=test_namespace)
+        kube.create(PODS, _pod(name, nic_rig.name, name, "sleep 3600"), namespace=test_namespace)
+        _running(kube, test_namespace, name)
+    slices = kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={nic_rig.name}")
+    names = {d["name"]: d["attributes"]["dra.net/ifName"]["string"] for s in slices for d in s["spec"]["devices"]}
+    devices = {
+        n: kube.get(RESOURCE_CLAIMS, n, namespace=test_namespace)["status"]["allocation"]["devices"]["results"][0][
+            "device"
+        ]
+        for n in ("fragile", "tough")
+    }
+    for device in devices.values():
+        assert unplug(nic_rig.nics.hardware, nic_rig.nics.port(names[device]))
+
+    def tainted(device: str) -> bool:
+        for s in kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={nic_rig.name}"):
+            for d in s["spec"]["devices"]:
+                if d["name"] == device and any(t["effect"] == "NoExecute" for t in d.get("taints") or []):
+                    return True
+        return False
+
+    wait_for(lambda: all(tainted(d) for d in devices.values()), timeout=10, what="NoExecute taints published")
+    wait_for(
+        lambda: (
+            kube.get_or_none(PODS, "fragile", namespace=test_namespace) is None
+            or bool(kube.get(PODS, "fragile", namespace=test_namespace)["metadata"].get("deletionTimestamp"))
+        ),
+        timeout=30,
+        what="the untolerating pod evicted",
+    )
+    tough = kube.get(PODS, "tough", namespace=test_namespace)
+    assert not tough["metadata"].get("deletionTimestamp")
+    assert tough["status"]["phase"] == "Running"
+
+    # Plugged back in, the NIC is healthy and untainted again.
+    for device in devices.values():
+        plug(nic_rig.nics.hardware, nic_rig.nics.port(names[device]))
+    wait_for(lambda: not any(tainted(d) for d in devices.values()), timeout=10, what="taints lifted")
+
+
+def test_gpu_and_nic_on_one_pcie_root_reach_the_pod(
+    node_rig_factory: Callable[..., NodeRig], kube: KubeClient, test_namespace: str, unique_name: str
+) -> None:
+    rig = node_rig_factory(nic_profile="dgx-h100")
+    assert rig.nics is not None
+    rig.add_driver(fake_plugin_command(profile="dgx-h100", schema="nvidia"), wait_for="gpu.nvidia.com")
+    rig.add_driver(
+        fake_plugin_command(profile="dgx-h100", schema="dranet", extra=rig.nics.plugin_args()), wait_for="dra.net"
+    )
+    classes = {
+        f"{unique_name}-gpu": "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'",
+        f"{unique_name}-nic": 'device.driver == "dra.net"',
+    }
+    for name, cel in classes.items():
+        kube.create(
+            DEVICE_CLASSES,
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceClass",
+                "metadata": {"name": name},
+                "spec": {"selectors": [{"cel": {"expression": cel}}]},
+            },
+        )
+    try:
+        kube.create(
+            RESOURCE_CLAIMS,
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": "pair"},
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {"name": "gpu", "exactly": {"deviceClassName": f"{unique_name}-gpu"}},
+                            {"name": "nic", "exactly": {"deviceClassName": f"{unique_name}-nic"}},
+                        ],
+                        "constraints": [
+                            {"requests": ["gpu", "nic"], "matchAttribute": "resource.kubernetes.io/pcieRoot"}
+                        ],
+                    }
+                },
+            },
+            namespace=test_namespace,
+        )
+        kube.create(
+            PODS,
+            _pod("p", rig.name, "pair", "echo $NVIDIA_VISIBLE_DEVICES; ip -o link; sleep 3600"),
+            namespace=test_namespace,
+        )
+        _running(kube, test_namespace, "p")
+        results = kube.get(RESOURCE_CLAIMS, "pair", namespace=test_namespace)["status"]["allocation"]["devices"][
+            "results"
+        ]
+        by_request = {r["request"]: r for r in results}
+        roots = {}
+        for s in kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={rig.name}"):
+            for d in s["spec"].get("devices") or []:
+                roots[(s["spec"]["driver"], d["name"])] = (
+                    d["attributes"].get("resource.kubernetes.io/pcieRoot", {}).get("string")
+                )
+        gpu, nic = by_request["gpu"], by_request["nic"]
+        assert roots[(gpu["driver"], gpu["device"])] == roots[(nic["driver"], nic["device"])] is not None
+        worker = rig.node.pod_worker(namespace=test_namespace, name="p")
+        assert worker is not None
+        wait_for(lambda: "net1" in worker.container_logs(), timeout=20, what="container output")
+        out = worker.container_logs().splitlines()
+        assert out[0].startswith("GPU-")
+        assert any(re.match(r"\d+: net1[@:]", line) for line in out)
+    finally:
+        for name in classes:
+            kube.delete(DEVICE_CLASSES, name)
