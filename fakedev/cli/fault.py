@@ -20,6 +20,9 @@ Talk to a running `fakedev plugin` through <kubelet-root>/plugins/<driver>/contr
   prepare|unprepare [--delay S] [--fail N] [--error TEXT]
                                   slow calls down by S seconds and/or fail the next N calls (-1: every call)
   clear                           remove every call fault
+  nic {unplug|replug|down|up} IFNAME --node N --profile P
+                                  NIC hardware faults on an emulated node: pull the NIC (its veth pair goes), plug it
+                                  back, or take its link down/up; the dranet plugin notices within milliseconds
 Process-level faults (kill, stop, restart, socket removal) are done by `fakedev drill` or by hand with signals.
 """
 
@@ -53,6 +56,17 @@ def add_parser(sub: Any) -> None:
         c.add_argument("--fail", type=int, default=0, help="fail this many calls (-1: all until cleared)")
         c.add_argument("--error", default="injected fault", help="the per-claim error text")
     verbs.add_parser("clear", help="remove every call fault")
+    n = verbs.add_parser("nic", help="NIC hardware faults on an emulated node (needs no running plugin)")
+    n.add_argument("action", choices=["unplug", "replug", "down", "up"])
+    n.add_argument("ifname", help="the NIC's interface name on the node (dra.net/ifName)")
+    n.add_argument("--node", required=True, help="the emulated node")
+    n.add_argument("--profile", required=True, help="the node's profile (for the NIC's MAC and MTU)")
+    n.add_argument(
+        "--fabric-node",
+        default=None,
+        help="the node whose fabric the NIC hangs off (default: --node; `fakedev node run --nodes K` "
+        "puts every node on the fabric of its first node)",
+    )
     p.set_defaults(handler=_run)
 
 
@@ -74,7 +88,34 @@ def control_request(path: Path, request: dict[str, Any], *, timeout: float = 10.
     return answer
 
 
+def _nic(args: argparse.Namespace) -> int:
+    from fakedev.model.inventory import resolve_inventory
+    from fakedev.nics import hardware
+    from fakedev.nics.node import nic_namespaces
+    from fakedev.nics.ports import compute_ports
+    from fakedev.profiles import load_profile
+    from harness.node.emulator import node_run_id
+
+    hw = nic_namespaces(node_run_id=node_run_id(args.node), fabric_run_id=node_run_id(args.fabric_node or args.node))
+    ports = {p.ifname: p for p in compute_ports(resolve_inventory(load_profile(args.profile), node_name=args.node))}
+    port = ports.get(args.ifname)
+    if port is None:
+        raise SystemExit(f"fakedev fault nic: {args.node} has no NIC {args.ifname!r} (known: {', '.join(ports)})")
+    if args.action == "unplug":
+        done = hardware.unplug(hw, port)
+        print(f"{args.ifname} unplugged" if done else f"{args.ifname} was not plugged")
+    elif args.action == "replug":
+        hardware.plug(hw, port)
+        print(f"{args.ifname} plugged in")
+    else:
+        hardware.set_carrier(hw, port, up=args.action == "up")
+        print(f"{args.ifname} link {args.action}")
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
+    if args.verb == "nic":
+        return _nic(args)
     path = (
         args.socket
         or PluginPaths(

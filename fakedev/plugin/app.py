@@ -21,6 +21,7 @@ from fakedev.errors import FakedevError, KubeApiError, ProfileError
 from fakedev.faults import Faults
 from fakedev.kube import DriverApi
 from fakedev.model.inventory import NodeInventory, resolve_inventory
+from fakedev.nics.discover import Discovery, UdevNetMonitor, discover
 from fakedev.nics.ports import compute_ports, ifname_of
 from fakedev.nics.watch import LinkWatcher
 from fakedev.plugin.control import ControlServer, ControlTarget
@@ -32,6 +33,7 @@ from fakedev.profiles import load_profile
 from fakedev.publisher import SlicePublisher
 from fakedev.render import DeviceRef, PublishedDevice, RenderedNode, Schema, default_schemas, render_node
 from fakedev.render.types import DeviceTaint
+from fakedev.sysfs import write_sysfs
 from kubeclient import Credentials, JsonObj, KubeClient
 from kubeletapi.types import Health
 
@@ -94,6 +96,7 @@ class PluginApp:
     state: ClaimState | None = None
     faults: Faults = field(default_factory=Faults)
     link_watcher: LinkWatcher | None = None
+    udev: UdevNetMonitor | None = None
     _republish: asyncio.Event = field(default_factory=asyncio.Event)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     ready_at: float | None = None
@@ -182,6 +185,8 @@ class PluginApp:
                 }
             },
         )
+        if self.schema == Schema.DRANET and s.nic_netns is not None:
+            await self._discover_nics(s.nic_netns, data_dir / "sys")
         if s.fabric_netns is not None and self.schema == Schema.DRANET:
             self._watch_links(s.fabric_netns)
         if api is not None and s.publish:
@@ -248,7 +253,35 @@ class PluginApp:
             "faults": {"prepare": self.faults.prepare.to_json(), "unprepare": self.faults.unprepare.to_json()},
             "sliceGeneration": self.publisher.generation if self.publisher else 0,
             "healthSubscribers": self.health.subscribers,
+            "udevEvents": self.udev.events if self.udev else 0,
         }
+
+    async def _discover_nics(self, netns: str, sysfs_root: Path) -> None:
+        """Find the NICs in the node namespace (sysfs + netlink) and follow udev; missing ones are unhealthy."""
+        assert self.inventory is not None and self.rendered is not None
+        inventory = self.inventory
+        ports = compute_ports(inventory)
+
+        def look() -> Discovery:
+            if not (sysfs_root / "bus").exists():
+                write_sysfs(inventory, root=sysfs_root)  # the emulated /sys this node's hardware would have
+            return discover(ports=ports, netns=netns, sysfs_root=sysfs_root)
+
+        found = await asyncio.to_thread(look)
+        devices = {ifname_of(p.model): ref.device for ref, p in self.rendered.devices.items()}
+        for ifname, problem in found.problems.items():
+            if (device := devices.get(ifname)) is not None:
+                self.set_health(device=device, health=Health.UNHEALTHY, message=f"{ifname}: {problem}")
+        log.info(
+            "NICs discovered",
+            extra={"fields": {"present": len(found.present), "missing": len(found.problems), "pci": len(found.pci)}},
+        )
+
+        def udev(action: str, ifname: str) -> None:
+            log.info("udev", extra={"fields": {"action": action, "interface": ifname}})
+
+        self.udev = UdevNetMonitor(netns=netns, on_event=udev)
+        self.udev.start()
 
     def _watch_links(self, fabric_netns: str) -> None:
         """Hot-unplug and carrier loss of a NIC: Unhealthy on the health stream and a NoExecute taint, until back."""
@@ -282,6 +315,8 @@ class PluginApp:
     async def stop(self) -> None:
         if self.link_watcher is not None:
             self.link_watcher.stop()
+        if self.udev is not None:
+            self.udev.stop()
         if self.control is not None:
             await self.control.stop()
         for task in self._tasks:

@@ -309,3 +309,79 @@ def test_gpu_and_nic_on_one_pcie_root_reach_the_pod(
     finally:
         for name in classes:
             kube.delete(DEVICE_CLASSES, name)
+
+
+def test_discovery_marks_a_missing_nic_unhealthy_and_udev_sees_interfaces_leave(
+    node_rig_factory: Callable[..., NodeRig], nic_class: str, kube: KubeClient, test_namespace: str
+) -> None:
+    import subprocess
+    import sys
+
+    rig = node_rig_factory(nic_profile="nic-only")
+    assert rig.nics is not None
+    missing = rig.nics.ports[-1]  # pulled before the driver starts
+    assert unplug(rig.nics.hardware, missing)
+    rig.add_driver(
+        fake_plugin_command(profile="nic-only", schema="dranet", extra=rig.nics.plugin_args()), wait_for="dra.net"
+    )
+
+    def status() -> Any:
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "fakedev",
+                "fault",
+                "--kubelet-root",
+                str(rig.node.paths.kubelet_root),
+                "--driver",
+                "dra.net",
+                "status",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
+        return json.loads(out.stdout)
+
+    def sick() -> list[str]:
+        return [d["message"] for d in status()["devices"] if d["health"] == "Unhealthy"]
+
+    # Discovery runs once the driver serves; the missing NIC is reported unhealthy by name.
+    wait_for(lambda: bool(sick()), timeout=10, what="the missing NIC reported")
+    assert len(sick()) == 1 and sick()[0].startswith(f"{missing.ifname}: ")
+    kube.create(RESOURCE_CLAIMS, _nic_claim("c", nic_class), namespace=test_namespace)
+    kube.create(PODS, _pod("p", rig.name, "c", "sleep 3600"), namespace=test_namespace)
+    _running(kube, test_namespace, "p")
+    # Moving the NIC into the pod is a udev event in the node's namespace.
+    wait_for(lambda: status()["udevEvents"] > 0, timeout=10, what="udev events seen in the node namespace")
+
+
+def test_link_down_and_up_from_the_fault_command(nic_rig: NodeRig, kube: KubeClient) -> None:
+    import subprocess
+    import sys
+
+    assert nic_rig.nics is not None
+    port = nic_rig.nics.ports[0]
+
+    def fault(*args: str) -> str:
+        return subprocess.run(
+            [sys.executable, "-m", "fakedev", "fault", *args], capture_output=True, text=True, timeout=30, check=True
+        ).stdout
+
+    def health() -> str:
+        status = json.loads(
+            fault("--kubelet-root", str(nic_rig.node.paths.kubelet_root), "--driver", "dra.net", "status")
+        )
+        return next(
+            d["health"]
+            for d in status["devices"]
+            if d["message"].startswith(f"{port.ifname}:") or d["device"] == port.ifname
+        )
+
+    out = fault("nic", "down", port.ifname, "--node", nic_rig.name, "--profile", "nic-only")
+    assert out.strip() == f"{port.ifname} link down"
+    wait_for(lambda: health() == "Unhealthy", timeout=5, what="link-down noticed")
+    fault("nic", "up", port.ifname, "--node", nic_rig.name, "--profile", "nic-only")
+    wait_for(lambda: health() == "Healthy", timeout=5, what="link-up noticed")
