@@ -375,7 +375,7 @@ def test_link_down_and_up_from_the_fault_command(nic_rig: NodeRig, kube: KubeCli
             fault("--kubelet-root", str(nic_rig.node.paths.kubelet_root), "--driver", "dra.net", "status")
         )
         return next(
-            d["health"]
+            str(d["health"])
             for d in status["devices"]
             if d["message"].startswith(f"{port.ifname}:") or d["device"] == port.ifname
         )
