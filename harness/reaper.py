@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import time
 from pathlib import Path
+from typing import Final
 
 from harness import procs
-from harness.runtime.netns import clean_run_netns, delete_netns, list_netns
+from harness.runtime.netns import clean_run_netns, delete_netns, list_netns, netns_path
+
+ORPHAN_AGE_SECONDS: Final = 600.0
 from harness.runtime.runc import clean_runc_root
 
 
@@ -36,10 +41,15 @@ def reap_orphan_namespaces(*, base: Path | None = None) -> list[str]:
     # Look where runs live: the given base, the default one, and the short fd-* directories tests and suites use.
     bases = list(dict.fromkeys([base or procs.default_run_base(), procs.default_run_base()]))
     removed = []
+    now = time.time()
     for name in list_netns("fakedev-"):
         parts = name.split("-")
         if len(parts) < 3 or _run_alive(parts[1], bases=bases):
             continue
+        # A run makes its namespaces moments before it locks its directory: only long-lived orphans are reaped.
+        with contextlib.suppress(FileNotFoundError):
+            if now - netns_path(name).stat().st_mtime < ORPHAN_AGE_SECONDS:
+                continue
         delete_netns(name)
         removed.append(name)
     return removed

@@ -53,8 +53,11 @@ class BackgroundNode:
 
     def stop(self, *, stop_pods: bool = False) -> None:
         if self.node is not None:
-            self.loop.call(self.node.stop(stop_pods=stop_pods))
-            self.node = None
+            node, self.node = self.node, None
+            try:
+                self.loop.call(node.stop(stop_pods=stop_pods))
+            finally:
+                node.run.close()  # even when stopping failed, the run's lock must not leak
 
     def restart(self) -> NodeEmulator:
         self.stop()
