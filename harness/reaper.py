@@ -9,9 +9,9 @@ from typing import Final
 
 from harness import procs
 from harness.runtime.netns import clean_run_netns, delete_netns, list_netns, netns_path
+from harness.runtime.runc import clean_runc_root
 
 ORPHAN_AGE_SECONDS: Final = 600.0
-from harness.runtime.runc import clean_runc_root
 
 
 def _containers(_: str, path: Path) -> None:

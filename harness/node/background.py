@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Coroutine
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
+from harness.errors import HarnessError
 from harness.node.emulator import NodeEmulator, NodeSettings
 from kubeclient import KubeClient
 
 T = TypeVar("T")
+EXECUTOR_THREADS: Final = 64
 
 
 @dataclass(kw_only=True)
@@ -23,12 +26,29 @@ class BackgroundLoop:
     _thread: threading.Thread | None = None
 
     def start(self) -> None:
+        # Pod workers run API calls, runc and netlink in threads; the default pool (cpus + 4) is too small for a node.
+        self.loop.set_default_executor(ThreadPoolExecutor(max_workers=EXECUTOR_THREADS, thread_name_prefix="node"))
         self._thread = threading.Thread(target=self.loop.run_forever, name="emulator-loop", daemon=True)
         self._thread.start()
 
     def call(self, coro: Coroutine[Any, Any, T], *, timeout: float = 120.0) -> T:
         future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        return future.result(timeout=timeout)
+        try:
+            return future.result(timeout=timeout)
+        except FutureTimeout:
+            future.cancel()
+            raise HarnessError(
+                f"timed out after {timeout:.0f}s on the emulator loop; pending:\n{self.pending()}"
+            ) from None
+
+    def pending(self) -> str:
+        """Where every task of the loop waits — for the message of a timeout."""
+        out = []
+        for task in asyncio.all_tasks(self.loop):
+            frames = task.get_stack(limit=3)
+            where = " <- ".join(f"{f.f_code.co_name}:{f.f_lineno}" for f in frames) or "?"
+            out.append(f"  {task.get_name()}: {where}")
+        return "\n".join(sorted(out))
 
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
