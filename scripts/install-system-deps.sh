@@ -8,6 +8,8 @@ command -v ip >/dev/null || need+=(iproute2)
 command -v setpriv >/dev/null || need+=(util-linux)
 command -v nsenter >/dev/null || need+=(util-linux)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+# The drill report test takes one screenshot of the HTML report with headless Chromium.
+command -v chromium >/dev/null || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need[*]}"
   SUDO=""

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from fakedev.cli import bench as bench_cmd
 from fakedev.cli import cluster as cluster_cmd
 from fakedev.cli import conformance as conformance_cmd
+from fakedev.cli import drill as drill_cmd
 from fakedev.cli import fault as fault_cmd
 from fakedev.cli import node as node_cmd
 from fakedev.cli import plugin as plugin_cmd
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_cmd.add_parser(sub)
     cluster_cmd.add_parser(sub)
     conformance_cmd.add_parser(sub)
+    drill_cmd.add_parser(sub)
     fault_cmd.add_parser(sub)
     node_cmd.add_parser(sub)
     plugin_cmd.add_parser(sub)

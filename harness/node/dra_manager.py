@@ -148,6 +148,13 @@ class DraManager:
         tmp.write_bytes(render_checkpoint(self.claims))
         tmp.replace(self.checkpoint_path)
 
+    def forget_prepared(self) -> None:
+        """After a reboot: keep which pods use which claims, but treat every claim as not prepared."""
+        for info in self.claims.values():
+            info.devices.clear()
+        if self.claims:
+            self._save()
+
     def claims_of_pod(self, pod_uid: str) -> list[ClaimInfo]:
         return [c for c in self.claims.values() if pod_uid in c.pod_uids]
 

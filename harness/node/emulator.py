@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -37,6 +38,7 @@ from kubeletapi.types import DeviceHealth
 log = logging.getLogger("harness.node")
 
 SLICE_WIPE_GRACE: Final = 30.0
+STOP_SECONDS: Final = 30.0
 WATCH_SECONDS: Final = 30
 
 
@@ -143,6 +145,12 @@ class NodeEmulator:
             node_name=s.name, client=self.client, plugins=self.plugins, checkpoint_path=self.paths.checkpoint
         )
         self.dra.load()
+        boot = self.paths.state / "boot_id"
+        if not boot.exists():
+            # A new boot (the marker lives with volatile state): CDI specs and sandboxes are gone, so every claim
+            # must be prepared again before its pods restart, as after a node reboot.
+            self.dra.forget_prepared()
+            boot.write_text(os.urandom(8).hex() + "\n")
         self._loop = asyncio.get_running_loop()
         await asyncio.to_thread(register_node, self.client, name=s.name, labels=s.labels, capacity=s.capacity)
         if self.heartbeats is None:
@@ -166,7 +174,9 @@ class NodeEmulator:
             task.cancel()
         for worker in list(self.workers.values()):
             if stop_pods:
-                await worker.stop_containers(grace=5)
+                # Bounded: one wedged container must not keep the node from stopping.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(worker.stop_containers(grace=5), STOP_SECONDS)
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task

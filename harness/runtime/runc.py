@@ -24,6 +24,7 @@ from harness.runtime.oci import JsonObj
 
 RUNC_ROOT_NAME: Final = "runc"
 EXIT_FILE: Final = "exit"
+RUNC_TIMEOUT: Final = 20.0
 LOG_FILE: Final = "log"
 
 
@@ -132,22 +133,28 @@ class Runc:
         """A container started by an earlier emulator process."""
         return Container(container_id=container_id, bundle=bundle, runtime=self)
 
+    def _call(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """One runc command; a runc that hangs (a wedged container) counts as a failed call, never a stuck caller."""
+        try:
+            return subprocess.run(self._cmd(*args), capture_output=True, text=True, check=False, timeout=RUNC_TIMEOUT)
+        except subprocess.TimeoutExpired as exc:
+            return subprocess.CompletedProcess(exc.cmd, returncode=-1, stdout="", stderr="runc timed out")
+
     def state(self, container_id: str) -> JsonObj | None:
-        out = subprocess.run(self._cmd("state", container_id), capture_output=True, text=True, check=False)
+        out = self._call("state", container_id)
         if out.returncode != 0:
             return None
         state: JsonObj = json.loads(out.stdout)
         return state
 
     def kill(self, container_id: str, *, sig: int) -> None:
-        subprocess.run(self._cmd("kill", "--all", container_id, str(int(sig))), capture_output=True, check=False)
+        self._call("kill", "--all", container_id, str(int(sig)))
 
     def delete(self, container_id: str) -> None:
-        subprocess.run(self._cmd("delete", "--force", container_id), capture_output=True, check=False)
+        self._call("delete", "--force", container_id)
 
     def list_ids(self) -> list[str]:
-        out = subprocess.run(self._cmd("list", "--quiet"), capture_output=True, text=True, check=False)
-        return [line for line in out.stdout.split() if line]
+        return [line for line in self._call("list", "--quiet").stdout.split() if line]
 
 
 def clean_runc_root(root: Path) -> None:

@@ -1,0 +1,124 @@
+"""``fakedev drill``: run fault drills (YAML scenarios) against the local control plane or any cluster."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import sys
+from collections.abc import Iterator, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from fakedev.cli.drill_env import FakedevDrillEnvironment
+from fakedev.logs import TextFormatter
+from harness.cluster.local import LocalCluster, local_cluster
+from harness.drills.report import as_cases, render_html
+from harness.drills.runner import DrillResult, run_drills
+from harness.drills.scenario import Scenario, load_scenario
+from harness.reports import compute_exit_code, render_console, render_json, render_junit
+from kubeclient import KubeClient
+
+DESCRIPTION = """\
+Run drills: each YAML scenario starts emulated nodes with fake drivers, applies workloads, injects faults (driver
+killed or hung, node reboot, unhealthy device, DeviceTaintRule, prepare failures, API server or etcd outage, NIC
+hot-unplug, exhaustion) and asserts what a correct cluster does. Reports: console table, JUnit XML, JSON and an HTML
+page with a timeline per drill, in --report-dir. Without files, the shipped default set runs.
+"""
+
+DEFAULT_SET = (
+    "extended-resource-migration",
+    "gpu-exhaustion",
+    "mig-exhaustion",
+    "unhealthy-gpu-eviction",
+    "taint-rule-maintenance",
+    "driver-loss",
+    "driver-hang",
+    "node-reboot",
+    "nic-hot-unplug",
+    "apiserver-outage",
+)
+
+
+def shipped_scenario(name: str) -> Path:
+    return Path(str(resources.files("fakedev") / "scenarios" / f"{name}.yaml"))
+
+
+def add_parser(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "drill",
+        help="run fault drills and report what the cluster did",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("files", nargs="*", type=Path, help="scenario files (default: the shipped set)")
+    p.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=None,
+        help="run against this cluster (drills marked localOnly are skipped); default: a private local control plane",
+    )
+    p.add_argument("--report-dir", type=Path, default=Path("build/drills"))
+    p.add_argument("--list", action="store_true", help="list the shipped drills and exit")
+    p.set_defaults(handler=_run)
+
+
+def _say(message: str) -> None:
+    print(f"[drill] {message}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _cluster(kubeconfig: Path | None) -> Iterator[tuple[KubeClient, Path, LocalCluster | None]]:
+    if kubeconfig is not None:
+        yield KubeClient.from_kubeconfig(kubeconfig), kubeconfig, None
+        return
+    _say("starting the local Kubernetes 1.37 control plane")
+    with local_cluster(progress=_say) as cluster:
+        yield cluster.client, cluster.kubeconfig, cluster
+
+
+def _log_to(path: Path) -> None:
+    """Component logs go to a file next to the reports; the console shows progress and the summary."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(TextFormatter())
+    for name in ("harness", "fakedev"):
+        logger = logging.getLogger(name)
+        logger.handlers = [handler]
+        logger.setLevel("INFO")
+        logger.propagate = False
+
+
+def run_scenarios(
+    scenarios: Sequence[Scenario], *, kubeconfig: Path | None, report_dir: Path, title: str
+) -> tuple[list[DrillResult], int]:
+    _log_to(report_dir / "drills.log")
+    with _cluster(kubeconfig) as (client, path, cluster):
+        results = run_drills(
+            scenarios,
+            client=client,
+            cluster=cluster,
+            progress=_say,
+            env_factory=lambda: FakedevDrillEnvironment(client=client, kubeconfig=path),
+        )
+    cases = as_cases(results)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    (report_dir / "report.html").write_text(render_html(results, title=title))
+    (report_dir / "junit.xml").write_text(render_junit(cases, suite="fakedev-drills"))
+    (report_dir / "report.json").write_text(render_json(cases, meta={"title": title}))
+    print(render_console(cases, title=title))
+    print(f"HTML report: {report_dir / 'report.html'} (also junit.xml, report.json, drills.log)")
+    return results, compute_exit_code(cases)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.list:
+        for name in DEFAULT_SET:
+            s = load_scenario(shipped_scenario(name))
+            print(f"{name:<30} {s.description}")
+        return 0
+    files = args.files or [shipped_scenario(n) for n in DEFAULT_SET]
+    scenarios = [load_scenario(f) for f in files]
+    _, code = run_scenarios(scenarios, kubeconfig=args.kubeconfig, report_dir=args.report_dir, title="fakedev drills")
+    return code

@@ -1,0 +1,301 @@
+"""The drill environment for fakedev: emulated nodes with fake plugins, NIC hardware and fault hooks.
+
+It composes the harness (node emulator, driver processes) with fakedev (profiles, NIC hardware, the plugin's control
+socket), which only the command-line package may do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import signal
+import socket
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fakedev.cli.node import plugin_command
+from fakedev.model.inventory import resolve_inventory
+from fakedev.nics import hardware
+from fakedev.nics.node import NodeNics, install_node_nics
+from fakedev.plugin.paths import PluginPaths
+from fakedev.profiles import load_profile
+from fakedev.render import Schema, default_schemas
+from harness.cluster.nodes import delete_node
+from harness.drills.runner import StepFailed
+from harness.drills.scenario import Scenario, Step
+from harness.kube.waits import wait_list
+from harness.node.background import BackgroundLoop, BackgroundNode
+from harness.node.drivers import DriverContext, DriverProcess, template_driver
+from harness.node.emulator import NodeSettings, node_run_id
+from harness.reaper import reap_all
+from harness.runtime.netns import clean_run_netns, delete_netns, list_run_netns
+from harness.runtime.runc import clean_runc_root
+from kubeclient import KubeClient
+from kubeclient.resources import RESOURCE_SLICES
+
+DRIVER_OF_SCHEMA = {s.value: s.driver for s in Schema}
+
+
+def _profile_path(profile: str, *, scenario: Scenario) -> str:
+    """A profile file named by a scenario is relative to the scenario; a bare name is a built-in profile."""
+    if profile.endswith((".yaml", ".yml")) and not Path(profile).is_absolute():
+        return str((scenario.path.parent / profile).resolve())
+    return profile
+
+
+@dataclass(kw_only=True)
+class EmulatedNode:
+    logical: str
+    name: str
+    profile: str
+    background: BackgroundNode
+    drivers: dict[str, DriverProcess] = field(default_factory=dict)
+    """driver name → its plugin process."""
+    nics: NodeNics | None = None
+
+
+@dataclass(kw_only=True)
+class FakedevDrillEnvironment:
+    client: KubeClient
+    kubeconfig: Path
+    loop: BackgroundLoop = field(default_factory=BackgroundLoop)
+    base: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="fd-")))
+    nodes: dict[str, EmulatedNode] = field(default_factory=dict)
+
+    # -- nodes -----------------------------------------------------------------------------------------------------
+
+    def start_nodes(self, scenario: Scenario, *, prefix: str) -> dict[str, str]:
+        self.loop.start()
+        fabric = node_run_id(f"{prefix}-{scenario.nodes[0].name}") if scenario.nodes else ""
+        for spec in scenario.nodes:
+            name = f"{prefix}-{spec.name}"[:63].strip("-")
+            profile = _profile_path(spec.profile, scenario=scenario)
+            inventory = resolve_inventory(load_profile(profile), node_name=name)
+            schemas = [Schema(d) for d in spec.drivers] if spec.drivers else list(default_schemas(inventory))
+            nics = (
+                install_node_nics(inventory, node_run_id=node_run_id(name), fabric_run_id=fabric)
+                if (Schema.DRANET in schemas)
+                else None
+            )
+            node_netns = nics.hardware.node_netns if nics else None
+            settings = NodeSettings(
+                name=name,
+                base=self.base,
+                slice_wipe_grace=spec.wipe_grace,
+                rootfs_cache=self.base / "cache",
+                node_netns=node_netns,
+            )
+            node = EmulatedNode(
+                logical=spec.name,
+                name=name,
+                profile=profile,
+                nics=nics,
+                background=BackgroundNode(settings=settings, client=self.client, loop=self.loop),
+            )
+            emulator = node.background.start()
+            for schema in schemas:
+                extra = nics.plugin_args() if nics and schema == Schema.DRANET else ()
+                process = DriverProcess(
+                    name=f"plugin-{schema.value}",
+                    spec=template_driver(plugin_command(profile=profile, schema=schema.value, extra=extra)),
+                    context=DriverContext(
+                        node=name,
+                        kubelet_root=emulator.paths.kubelet_root,
+                        cdi_dir=emulator.paths.cdi,
+                        kubeconfig=self.kubeconfig,
+                    ),
+                    run=emulator.run,
+                )
+                process.start()
+                node.drivers[schema.driver] = process
+            self.nodes[spec.name] = node
+            for driver in node.drivers:
+                self.loop.call(emulator.plugins.wait_registered(driver, timeout=30), timeout=40)
+                # A drill starts from a node whose devices the scheduler already sees.
+                wait_list(
+                    self.client,
+                    RESOURCE_SLICES,
+                    field_selector=f"spec.nodeName={name},spec.driver={driver}",
+                    predicate=bool,
+                    timeout=30,
+                    what=f"slices of {driver} on {name}",
+                )
+        return {logical: n.name for logical, n in self.nodes.items()}
+
+    def stop_nodes(self) -> None:
+        for node in self.nodes.values():
+            for d in node.drivers.values():
+                with contextlib.suppress(Exception):
+                    d.stop()
+            with contextlib.suppress(Exception):
+                node.background.stop(stop_pods=True)
+            clean_run_netns(node_run_id(node.name))
+            if node.nics is not None:
+                hardware.remove(node.nics.hardware)
+                delete_netns(node.nics.hardware.fabric_netns)
+            with contextlib.suppress(Exception):
+                for s in self.client.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={node.name}"):
+                    self.client.delete(RESOURCE_SLICES, s["metadata"]["name"])
+                delete_node(self.client, name=node.name)
+        with contextlib.suppress(Exception):
+            self.loop.stop()
+        reap_all(base=self.base)
+        shutil.rmtree(self.base, ignore_errors=True)
+
+    # -- what the runner reads -------------------------------------------------------------------------------------
+
+    def pod_logs(self, namespace: str, name: str) -> str:
+        for node in self.nodes.values():
+            emulator = node.background.node
+            worker = emulator.pod_worker(namespace=namespace, name=name) if emulator else None
+            if worker is not None:
+                return worker.container_logs()
+        return ""
+
+    def device_health(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for node in self.nodes.values():
+            for driver, process in node.drivers.items():
+                if not process.alive():
+                    continue
+                with contextlib.suppress(OSError, ValueError, StepFailed):
+                    status = self._control(node, driver, {"op": "status"}, timeout=0.5)
+                    for d in status.get("devices", []):
+                        if d["health"] != "Healthy" or d.get("taints"):
+                            out[f"{node.logical}/{d['device']}"] = d["health"]
+        return out
+
+    # -- faults ----------------------------------------------------------------------------------------------------
+
+    def _node(self, step: Step) -> EmulatedNode:
+        logical = str(step.body.get("node") or next(iter(self.nodes)))
+        return self.nodes[logical]
+
+    def _driver(self, node: EmulatedNode, step: Step) -> tuple[str, DriverProcess]:
+        driver = str(step.body.get("driver") or next(iter(node.drivers)))
+        if driver not in node.drivers:
+            raise StepFailed(f"node {node.logical} runs no driver {driver} (it runs {', '.join(node.drivers)})")
+        return driver, node.drivers[driver]
+
+    def _control(self, node: EmulatedNode, driver: str, request: dict[str, Any], *, timeout: float = 10) -> Any:
+        emulator = node.background.node
+        if emulator is None:
+            raise StepFailed(f"node {node.logical} is down")
+        path = PluginPaths(kubelet_root=emulator.paths.kubelet_root, driver=driver).control_socket
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(timeout)
+            s.connect(str(path))
+            s.sendall(json.dumps(request).encode() + b"\n")
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        answer = json.loads(data)
+        if not answer.get("ok"):
+            raise StepFailed(f"{driver} refused {request['op']}: {answer.get('error')}")
+        return answer
+
+    def inject(self, step: Step, *, device: str | None) -> str:
+        kind = str(step.body[step.kind])
+        node = self._node(step)
+        if kind == "node-reboot":
+            return self._reboot(node)
+        if kind in ("nic-unplug", "nic-replug"):
+            return self._nic(node, kind, device)
+        driver, process = self._driver(node, step)
+        if kind == "driver-kill":
+            process.kill()
+            return f"{driver} on {node.logical} killed (SIGKILL)"
+        if kind == "driver-hang":
+            process.signal(signal.SIGSTOP)
+            return f"{driver} on {node.logical} hung (SIGSTOP)"
+        if kind == "driver-resume":
+            process.signal(signal.SIGCONT)
+            return f"{driver} on {node.logical} resumed (SIGCONT)"
+        if kind == "driver-restart":
+            process.restart()
+            emulator = node.background.node
+            assert emulator is not None
+            self.loop.call(emulator.plugins.wait_registered(driver, timeout=30), timeout=40)
+            return f"{driver} on {node.logical} restarted and registered"
+        if kind == "driver-socket-remove":
+            emulator = node.background.node
+            assert emulator is not None
+            for sock in emulator.paths.registry.glob(f"{driver}*-reg.sock"):
+                sock.unlink()
+            return f"registration socket of {driver} on {node.logical} removed"
+        if kind == "device-health":
+            if device is None:
+                raise StepFailed("device-health needs device: or claim:")
+            request: dict[str, Any] = {
+                "op": "set-health",
+                "device": device,
+                "health": step.body.get("state", "Unhealthy"),
+                "message": str(step.body.get("message", "drill")),
+            }
+            if step.body.get("taint"):
+                request["taint"] = step.body["taint"]
+            self._control(node, driver, request)
+            return f"{device} on {node.logical} reported {request['health']}"
+        if kind == "prepare-fault":
+            fault = {k: step.body[k] for k in ("failTimes", "delaySeconds", "error") if k in step.body}
+            self._control(node, driver, {"op": "set-fault", "call": "prepare", "fault": fault})
+            return f"prepare of {driver} on {node.logical}: {fault}"
+        if kind == "clear-faults":
+            self._control(node, driver, {"op": "clear-faults"})
+            return f"faults of {driver} on {node.logical} cleared"
+        raise StepFailed(f"this environment cannot do fault {kind}")
+
+    def _nic(self, node: EmulatedNode, kind: str, device: str | None) -> str:
+        if node.nics is None or device is None:
+            raise StepFailed(f"{kind} needs a node with NICs and a device (device: or claim:)")
+        emulator = node.background.node
+        assert emulator is not None
+        slices = self.client.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={node.name},spec.driver=dra.net")
+        ifname = next(
+            (
+                d["attributes"]["dra.net/ifName"]["string"]
+                for s in slices
+                for d in s["spec"]["devices"]
+                if d["name"] == device
+            ),
+            None,
+        )
+        if ifname is None:
+            raise StepFailed(f"{device} is not a NIC of {node.logical}")
+        port = node.nics.port(ifname)
+        if kind == "nic-unplug":
+            hardware.unplug(node.nics.hardware, port)
+            return f"{ifname} ({device}) pulled from {node.logical}"
+        hardware.plug(node.nics.hardware, port)
+        return f"{ifname} ({device}) plugged back into {node.logical}"
+
+    def _reboot(self, node: EmulatedNode) -> str:
+        """Power-cycle: everything volatile goes (containers, sandboxes, CDI specs, runtime state); disks stay."""
+        emulator = node.background.node
+        assert emulator is not None
+        paths = emulator.paths
+        for d in node.drivers.values():
+            d.kill()
+        node.background.stop(stop_pods=False)
+        clean_runc_root(paths.runc)
+        shutil.rmtree(paths.runc, ignore_errors=True)
+        for name in list_run_netns(node_run_id(node.name)):
+            if not name.endswith(("-host", "-fabric")):
+                delete_netns(name)
+        for spec in paths.cdi.glob("*"):
+            spec.unlink()
+        (paths.state / "boot_id").unlink(missing_ok=True)
+        if node.nics is not None:  # NICs that were inside pods went down with their sandboxes; the hardware is back
+            hardware.install(node.nics.hardware, node.nics.ports)
+        emulator = node.background.start()
+        for d in node.drivers.values():
+            d.start()
+        for driver in node.drivers:
+            self.loop.call(emulator.plugins.wait_registered(driver, timeout=30), timeout=40)
+        return f"{node.logical} rebooted: containers, sandboxes and CDI specs gone; drivers registered again"

@@ -1,0 +1,144 @@
+"""Conditions a drill waits for or asserts, checked against the API (pods, claims, slices, events, pod logs).
+
+Each check returns ``None`` when the condition holds, else what was seen instead — that text ends up in the report
+when a wait times out, so the failure says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubeclient import JsonObj, KubeClient
+from kubeclient.resources import EVENTS, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+
+LogReader = Callable[[str, str], str]
+"""(namespace, pod) → the pod's container output as the node ran it."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConditionContext:
+    client: KubeClient
+    namespace: str
+    nodes: Mapping[str, str]
+    """Scenario node name → real node name."""
+    logs: LogReader
+
+
+def _phase(pod: JsonObj | None) -> str:
+    return str((pod or {}).get("status", {}).get("phase", "Absent"))
+
+
+def check_pod(c: Mapping[str, Any], ctx: ConditionContext) -> str | None:
+    pod = ctx.client.get_or_none(PODS, c["pod"], namespace=ctx.namespace)
+    if c.get("deleted"):
+        return None if pod is None else f"pod {c['pod']} still exists ({_phase(pod)})"
+    if c.get("evicted"):
+        if pod is None or pod["metadata"].get("deletionTimestamp"):
+            return None
+        return f"pod {c['pod']} is {_phase(pod)} and not being deleted"
+    if pod is None:
+        return f"pod {c['pod']} does not exist"
+    if "phase" in c and _phase(pod) != c["phase"]:
+        return f"pod {c['pod']} is {_phase(pod)}, not {c['phase']}"
+    if "scheduled" in c:
+        bound = bool(pod["spec"].get("nodeName"))
+        if bound != bool(c["scheduled"]):
+            return f"pod {c['pod']} is {'bound' if bound else 'not bound'} to a node"
+    if "log" in c:
+        text = ctx.logs(ctx.namespace, c["pod"])
+        if str(c["log"]) not in text:
+            return f"pod {c['pod']} has not printed {c['log']!r} (printed {text[-200:]!r})"
+    if "restarts" in c:
+        counts = [s.get("restartCount", 0) for s in pod.get("status", {}).get("containerStatuses") or []]
+        if not counts or min(counts) < int(c["restarts"]):
+            return f"pod {c['pod']} restarted {counts} times, expected at least {c['restarts']}"
+    if "health" in c:
+        want = str(c["health"])
+        seen = [
+            r.get("health")
+            for s in pod.get("status", {}).get("containerStatuses") or []
+            for e in s.get("allocatedResourcesStatus") or []
+            for r in e.get("resources") or []
+        ]
+        if want not in seen:
+            return f"pod {c['pod']} reports device health {seen or 'none'}, not {want}"
+    return None
+
+
+def check_pods(c: Mapping[str, Any], ctx: ConditionContext) -> str | None:
+    pods = [
+        p for p in ctx.client.list(PODS, namespace=ctx.namespace) if p["metadata"]["name"].startswith(str(c["pods"]))
+    ]
+    matching = [p for p in pods if "phase" not in c or _phase(p) == c["phase"]]
+    if "count" in c and len(matching) != int(c["count"]):
+        phases = sorted(f"{p['metadata']['name']}={_phase(p)}" for p in pods)
+        return f"{len(matching)} pods {c['pods']}* are {c.get('phase', 'present')}, expected {c['count']} ({phases})"
+    return None
+
+
+def check_claim(c: Mapping[str, Any], ctx: ConditionContext) -> str | None:
+    claim = ctx.client.get_or_none(RESOURCE_CLAIMS, c["claim"], namespace=ctx.namespace)
+    if claim is None:
+        return f"claim {c['claim']} does not exist"
+    allocated = bool((claim.get("status") or {}).get("allocation"))
+    if "allocated" in c and allocated != bool(c["allocated"]):
+        return f"claim {c['claim']} is {'allocated' if allocated else 'not allocated'}"
+    return None
+
+
+def check_slices(c: Mapping[str, Any], ctx: ConditionContext) -> str | None:
+    node = ctx.nodes.get(str(c["slices"]), str(c["slices"]))
+    selector = f"spec.nodeName={node}" + (f",spec.driver={c['driver']}" if "driver" in c else "")
+    slices = ctx.client.list(RESOURCE_SLICES, field_selector=selector)
+    what = f"{node}{' ' + str(c['driver']) if 'driver' in c else ''}"
+    if "count" in c and len(slices) != int(c["count"]):
+        return f"{len(slices)} slices for {what}, expected {c['count']}"
+    if "min" in c and len(slices) < int(c["min"]):
+        return f"{len(slices)} slices for {what}, expected at least {c['min']}"
+    if "tainted" in c:
+        tainted = sorted(d["name"] for s in slices for d in s["spec"].get("devices") or [] if d.get("taints"))
+        want = bool(c["tainted"])
+        if bool(tainted) != want:
+            return f"tainted devices on {node}: {tainted or 'none'}"
+    return None
+
+
+def check_event(c: Mapping[str, Any], ctx: ConditionContext) -> str | None:
+    events = ctx.client.list(EVENTS, namespace=ctx.namespace)
+    reason = c["event"] if isinstance(c["event"], str) else c.get("reason")
+    wanted = [
+        e
+        for e in events
+        if reason is None
+        or (
+            e.get("reason") == reason
+            and (not c.get("object") or e.get("involvedObject", {}).get("name") == c["object"])
+        )
+    ]
+    if "contains" in c:
+        wanted = [e for e in wanted if str(c["contains"]) in (e.get("message") or "")]
+    if c.get("absent"):
+        return None if not wanted else f"unexpected event {wanted[0].get('reason')}: {wanted[0].get('message')}"
+    if not wanted:
+        seen = sorted({f"{e.get('reason')}: {(e.get('message') or '')[:80]}" for e in events})[-5:]
+        return f"no event {reason or ''} {c.get('contains', '')!r} on {c.get('object', 'any object')} (seen: {seen})"
+    return None
+
+
+CHECKS: Mapping[str, Callable[[Mapping[str, Any], ConditionContext], str | None]] = {
+    "pod": check_pod,
+    "pods": check_pods,
+    "claim": check_claim,
+    "slices": check_slices,
+    "event": check_event,
+}
+
+
+def evaluate(condition: Mapping[str, Any], ctx: ConditionContext) -> str | None:
+    """None when the condition holds; otherwise what was seen."""
+    for key, check in CHECKS.items():
+        if key in condition:
+            return check(condition, ctx)
+    return f"unknown condition {sorted(condition)}"

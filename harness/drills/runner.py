@@ -1,0 +1,370 @@
+"""Run drills: set up nodes and classes, execute the steps in order, sample what happens, tear everything down.
+
+The runner is driver-agnostic. Faults that need a driver's or a node's cooperation (kill a plugin, reboot a node,
+report a device unhealthy, pull a NIC) go through a :class:`DrillEnvironment`; faults that are plain API or
+control-plane actions (DeviceTaintRules, stopping kube-apiserver or etcd) are done here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from harness.cluster.local import LocalCluster
+from harness.drills.conditions import ConditionContext, evaluate
+from harness.drills.scenario import Scenario, Step
+from harness.kube.manifests import apply_objects, load_manifests
+from kubeclient import ApiError, JsonObj, KubeClient
+from kubeclient.resources import (
+    DEVICE_CLASSES,
+    DEVICE_TAINT_RULES,
+    NAMESPACES,
+    PODS,
+    RESOURCE_CLAIMS,
+    resource_for,
+)
+
+SAMPLE_SECONDS: Final = 0.25
+POLL_SECONDS: Final = 0.2
+_PLACEHOLDER: Final = re.compile(r"\{\{\s*(node|class|namespace)(?::([a-z0-9-]+))?\s*\}\}")
+
+Progress = Callable[[str], None]
+
+
+class DrillEnvironment(Protocol):
+    """What a driver (and its emulated nodes) must provide so drills can act on them."""
+
+    def start_nodes(self, scenario: Scenario, *, prefix: str) -> dict[str, str]:
+        """Start the scenario's nodes and drivers; return scenario node name → real node name."""
+        ...
+
+    def stop_nodes(self) -> None: ...
+
+    def inject(self, step: Step, *, device: str | None) -> str:
+        """Do a node, driver or device fault (``device``: resolved from ``claim:`` when the step names one)."""
+        ...
+
+    def pod_logs(self, namespace: str, name: str) -> str: ...
+
+    def device_health(self) -> dict[str, str]:
+        """``<node>/<device>`` → Healthy, Unhealthy or Unknown, for every device the drivers report."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepResult:
+    index: int
+    line: int
+    kind: str
+    title: str
+    outcome: str
+    """passed, failed, or skipped (not reached)."""
+    message: str
+    start: float
+    end: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sample:
+    t: float
+    pods: Mapping[str, str]
+    devices: Mapping[str, str]
+
+
+@dataclass(kw_only=True)
+class DrillResult:
+    scenario: Scenario
+    outcome: str = "passed"
+    message: str = ""
+    steps: list[StepResult] = field(default_factory=list)
+    faults: list[tuple[float, str]] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    seconds: float = 0.0
+    nodes: dict[str, str] = field(default_factory=dict)
+
+
+class StepFailed(Exception):  # noqa: N818 - a verdict, not an error
+    pass
+
+
+@dataclass(kw_only=True)
+class DrillRun:
+    scenario: Scenario
+    client: KubeClient
+    env: DrillEnvironment
+    cluster: LocalCluster | None
+    progress: Progress
+    namespace: str = ""
+    classes: dict[str, str] = field(default_factory=dict)
+    nodes: dict[str, str] = field(default_factory=dict)
+    result: DrillResult | None = None
+    _t0: float = 0.0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _rules: list[str] = field(default_factory=list)
+
+    # -- placeholders and manifests --------------------------------------------------------------------------------
+
+    def render(self, text: str) -> str:
+        def sub(m: re.Match[str]) -> str:
+            kind, name = m.group(1), m.group(2)
+            if kind == "namespace":
+                return self.namespace
+            table = self.nodes if kind == "node" else self.classes
+            if name not in table:
+                raise StepFailed(f"unknown {kind} {name!r} in a placeholder")
+            return table[name]
+
+        return _PLACEHOLDER.sub(sub, text)
+
+    def objects(self, workload: str) -> list[JsonObj]:
+        return load_manifests(self.render(self.scenario.workloads[workload]), source=f"workload {workload}")
+
+    # -- the run ---------------------------------------------------------------------------------------------------
+
+    def run(self) -> DrillResult:
+        result = DrillResult(scenario=self.scenario)
+        self.result = result
+        self._t0 = time.monotonic()
+        prefix = f"{self.scenario.name[:20]}-{os.urandom(2).hex()}"
+        self.namespace = f"drill-{prefix}"
+        sampler = threading.Thread(target=self._sample, name="drill-sampler", daemon=True)
+        try:
+            self.client.create(
+                NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}}
+            )
+            self.nodes = self.env.start_nodes(self.scenario, prefix=prefix)
+            result.nodes = dict(self.nodes)
+            for c in self.scenario.classes:
+                self._make_class(c.name, c.cel, c.extended_resource_name, prefix=prefix)
+            sampler.start()
+            self._steps(result)
+        except (StepFailed, ApiError, OSError) as exc:
+            result.outcome, result.message = "failed", f"set-up: {exc}"
+        finally:
+            self._stop.set()
+            if sampler.is_alive():
+                sampler.join(timeout=5)
+            self._teardown()
+            result.seconds = round(time.monotonic() - self._t0, 2)
+        return result
+
+    def _make_class(self, name: str, cel: str, extended: str | None, *, prefix: str) -> None:
+        real = name if extended else f"{prefix}-{name}"  # extended-resource classes keep the name users apply
+        spec: dict[str, Any] = {"selectors": [{"cel": {"expression": self.render(cel)}}]}
+        if extended:
+            spec["extendedResourceName"] = extended
+        self.client.apply(
+            DEVICE_CLASSES,
+            {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": real}, "spec": spec},
+        )
+        self.classes[name] = real
+
+    def _steps(self, result: DrillResult) -> None:
+        failed = False
+        for step in self.scenario.steps:
+            start = self._now()
+            if failed:
+                result.steps.append(
+                    StepResult(
+                        index=step.index,
+                        line=step.line,
+                        kind=step.kind,
+                        title=step.title,
+                        outcome="skipped",
+                        message="not reached",
+                        start=start,
+                        end=start,
+                    )
+                )
+                continue
+            self.progress(f"  step {step.index + 1}: {step.title}")
+            try:
+                message = self._do(step)
+                outcome = "passed"
+            except (StepFailed, ApiError) as exc:
+                outcome, message, failed = "failed", str(exc), True
+                result.outcome = "failed"
+                result.message = f"step {step.index + 1} (line {step.line}) {step.title!r} failed: {exc}"
+            result.steps.append(
+                StepResult(
+                    index=step.index,
+                    line=step.line,
+                    kind=step.kind,
+                    title=step.title,
+                    outcome=outcome,
+                    message=message,
+                    start=start,
+                    end=self._now(),
+                )
+            )
+
+    def _now(self) -> float:
+        return round(time.monotonic() - self._t0, 3)
+
+    def _context(self) -> ConditionContext:
+        return ConditionContext(client=self.client, namespace=self.namespace, nodes=self.nodes, logs=self.env.pod_logs)
+
+    def _do(self, step: Step) -> str:
+        body = step.body
+        if step.kind == "apply":
+            names = [body["apply"]] if isinstance(body["apply"], str) else list(body["apply"])
+            for w in names:
+                apply_objects(self.client, self.objects(w), namespace=self.namespace)
+            return f"applied {', '.join(names)}"
+        if step.kind == "delete":
+            names = [body["delete"]] if isinstance(body["delete"], str) else list(body["delete"])
+            for w in names:
+                for obj in self.objects(w):
+                    res = resource_for(api_version=obj["apiVersion"], kind=obj["kind"])
+                    ns = self.namespace if res.namespaced else None
+                    grace = 1 if res is PODS else None
+                    self.client.delete(res, obj["metadata"]["name"], namespace=ns, grace_seconds=grace)
+            return f"deleted {', '.join(names)}"
+        if step.kind == "assert":
+            seen = evaluate(body["assert"], self._context())
+            if seen is not None:
+                raise StepFailed(seen)
+            return "holds"
+        if step.kind == "wait":
+            return self._wait(step)
+        return self._fault(step)
+
+    def _wait(self, step: Step) -> str:
+        deadline = time.monotonic() + step.timeout
+        started = time.monotonic()
+        while True:
+            seen = evaluate(step.body["wait"], self._context())
+            if seen is None:
+                return f"after {time.monotonic() - started:.1f}s"
+            if time.monotonic() >= deadline:
+                raise StepFailed(f"not within {step.timeout:.0f}s: {seen}")
+            time.sleep(POLL_SECONDS)  # polling the API for the condition, as kubectl wait does
+
+    def _device_of(self, step: Step) -> str | None:
+        """The device a fault targets: named directly, or the one the scheduler gave a claim."""
+        if "device" in step.body:
+            return str(step.body["device"])
+        if "claim" not in step.body:
+            return None
+        claim = self.client.get(RESOURCE_CLAIMS, step.body["claim"], namespace=self.namespace)
+        results = ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or []
+        request = step.body.get("request")
+        for r in results:
+            if request is None or r["request"] == request:
+                return str(r["device"])
+        raise StepFailed(f"claim {step.body['claim']} has no allocated device")
+
+    def _fault(self, step: Step) -> str:
+        kind = str(step.body[step.kind])
+        assert self.result is not None
+        self.result.faults.append((self._now(), f"{step.kind} {kind}"))
+        if kind in ("taint-rule", "taint-rule-remove"):
+            return self._taint_rule(step, remove=kind == "taint-rule-remove")
+        if kind.startswith(("apiserver-", "etcd-")):
+            return self._component(kind)
+        return self.env.inject(step, device=self._device_of(step))
+
+    def _taint_rule(self, step: Step, *, remove: bool) -> str:
+        name = f"{self.namespace}-{step.body.get('rule', 'maintenance')}"
+        if remove:
+            self.client.delete(DEVICE_TAINT_RULES, name)
+            return f"removed DeviceTaintRule {name}"
+        device = self._device_of(step)
+        node = self.nodes.get(str(step.body.get("node")), "")
+        selector: dict[str, str] = {"driver": str(step.body["driver"])}
+        if node:
+            selector["pool"] = node
+        if device:
+            selector["device"] = device
+        self.client.create(
+            DEVICE_TAINT_RULES,
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceTaintRule",
+                "metadata": {"name": name},
+                "spec": {
+                    "deviceSelector": selector,
+                    "taint": {
+                        "key": "fakedev.io/maintenance",
+                        "value": "drill",
+                        "effect": str(step.body.get("effect", "NoExecute")),
+                    },
+                },
+            },
+        )
+        self._rules.append(name)
+        return f"DeviceTaintRule {name} on {selector}"
+
+    def _component(self, kind: str) -> str:
+        if self.cluster is None:
+            raise StepFailed(f"{kind} needs the local control plane (this drill is localOnly)")
+        name = "kube-apiserver" if kind.startswith("apiserver") else "etcd"
+        if kind.endswith("-stop"):
+            self.cluster.stop_component(name, timeout=10)
+            return f"{name} stopped"
+        self.cluster.start_component(name)
+        self.cluster.wait_ready(names=(name,), timeout=60)
+        return f"{name} started and ready"
+
+    # -- sampling and tear-down ------------------------------------------------------------------------------------
+
+    def _sample(self) -> None:
+        assert self.result is not None
+        while not self._stop.wait(SAMPLE_SECONDS):
+            with contextlib.suppress(Exception):  # the API may be down on purpose (apiserver-outage)
+                pods = {
+                    p["metadata"]["name"]: (p.get("status") or {}).get("phase", "?")
+                    for p in self.client.list(PODS, namespace=self.namespace)
+                }
+                self.result.samples.append(Sample(t=self._now(), pods=pods, devices=self.env.device_health()))
+
+    def _teardown(self) -> None:
+        with contextlib.suppress(Exception):
+            for pod in self.client.list(PODS, namespace=self.namespace):
+                self.client.delete(PODS, pod["metadata"]["name"], namespace=self.namespace, grace_seconds=0)
+        with contextlib.suppress(Exception):
+            self.env.stop_nodes()
+        for rule in self._rules:
+            with contextlib.suppress(Exception):
+                self.client.delete(DEVICE_TAINT_RULES, rule)
+        for real in self.classes.values():
+            with contextlib.suppress(Exception):
+                self.client.delete(DEVICE_CLASSES, real)
+        with contextlib.suppress(Exception):
+            self.client.delete(NAMESPACES, self.namespace)
+
+
+def run_drills(
+    scenarios: Sequence[Scenario],
+    *,
+    client: KubeClient,
+    env_factory: Callable[[], DrillEnvironment],
+    cluster: LocalCluster | None,
+    progress: Progress,
+) -> list[DrillResult]:
+    results = []
+    for scenario in scenarios:
+        if scenario.local_only and cluster is None:
+            r = DrillResult(
+                scenario=scenario,
+                outcome="skipped",
+                message="needs the local control plane (it stops and starts its components)",
+            )
+            results.append(r)
+            progress(f"{scenario.name}: skipped ({r.message})")
+            continue
+        progress(f"{scenario.name}: {scenario.description or scenario.expect.splitlines()[0]}")
+        run = DrillRun(scenario=scenario, client=client, env=env_factory(), cluster=cluster, progress=progress)
+        result = run.run()
+        results.append(result)
+        progress(
+            f"{scenario.name}: {result.outcome} in {result.seconds:.1f}s"
+            + (f" — {result.message}" if result.message else "")
+        )
+    return results

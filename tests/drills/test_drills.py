@@ -1,0 +1,195 @@
+"""Every shipped drill passes against the local control plane, and every drill can fail, saying which step and why."""
+
+from __future__ import annotations
+
+import dataclasses
+import html.parser
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fakedev.cli.drill import DEFAULT_SET, shipped_scenario
+from fakedev.cli.drill_env import FakedevDrillEnvironment
+from harness.cluster.local import LocalCluster, local_cluster
+from harness.drills.report import render_html
+from harness.drills.runner import DrillResult, run_drills
+from harness.drills.scenario import Scenario, ScenarioError, load_scenario, parse_scenario
+
+pytestmark = [pytest.mark.cluster, pytest.mark.privileged, pytest.mark.slow]
+
+
+def _run(cluster: LocalCluster, scenario: Scenario) -> DrillResult:
+    (result,) = run_drills(
+        [scenario],
+        client=cluster.client,
+        cluster=cluster,
+        progress=lambda _: None,
+        env_factory=lambda: FakedevDrillEnvironment(client=cluster.client, kubeconfig=cluster.kubeconfig),
+    )
+    return result
+
+
+@pytest.mark.parametrize("name", DEFAULT_SET, ids=DEFAULT_SET)
+def test_shipped_drill_passes(local_cluster: LocalCluster, name: str) -> None:
+    result = _run(local_cluster, load_scenario(shipped_scenario(name)))
+    assert result.outcome == "passed", result.message
+    assert all(s.outcome == "passed" for s in result.steps)
+    assert result.samples, "the sampler recorded nothing"
+
+
+def broken_variant(scenario: Scenario) -> tuple[Scenario, int]:
+    """The drill with its recovery removed (a fault without recovery) or, without one, a wrong expectation.
+
+    Returns the variant and the index of the step that must fail. Waits after the change get short timeouts so the
+    failure comes quickly.
+    """
+    steps = list(scenario.steps)
+    recover = next((i for i, s in enumerate(steps) if s.kind == "recover"), None)
+    if recover is not None:
+        del steps[recover]
+        target = next(i for i in range(recover, len(steps)) if steps[i].kind in ("wait", "assert"))
+    else:
+        target = max(i for i, s in enumerate(steps) if s.kind == "wait")
+        body = dict(steps[target].body)
+        body["wait"] = _unreachable(dict(body["wait"]))
+        steps[target] = dataclasses.replace(steps[target], body=body)
+    steps = [
+        dataclasses.replace(s, index=i, timeout=min(s.timeout, 5.0) if i >= target else s.timeout)
+        for i, s in enumerate(steps)
+    ]
+    return dataclasses.replace(scenario, steps=tuple(steps)), target
+
+
+def _unreachable(cond: dict[str, object]) -> dict[str, object]:
+    """A condition no drill workload can meet (its pods sleep for an hour, print fixed lines)."""
+    if "pods" in cond:
+        return {**cond, "count": int(str(cond.get("count", 0))) + 1}
+    if "log" in cond:
+        return {**cond, "log": f"{cond['log']} and something never printed"}
+    if "slices" in cond:
+        return {**cond, "min": 10_000} if "min" in cond or "count" in cond else {**cond, "tainted": not cond["tainted"]}
+    if "pod" in cond:
+        return {"pod": cond["pod"], "phase": "Succeeded"}
+    return {**cond, "contains": "a message nobody writes"}
+
+
+@pytest.mark.parametrize("name", DEFAULT_SET, ids=DEFAULT_SET)
+def test_drill_fails_when_its_expectation_is_broken(local_cluster: LocalCluster, name: str) -> None:
+    variant, target = broken_variant(load_scenario(shipped_scenario(name)))
+    result = _run(local_cluster, variant)
+    step = variant.steps[target]
+    assert result.outcome == "failed"
+    assert result.message.startswith(f"step {target + 1} (line {step.line}) {step.title!r} failed: ")
+    assert [s.outcome for s in result.steps][target:] == ["failed"] + ["skipped"] * (len(variant.steps) - target - 1)
+
+
+def test_scenario_errors_name_file_line_and_field(tmp_path: Path) -> None:
+    bad = (
+        "name: x\nexpect: y\nnodes:\n  - {name: a, profile: seed-example}\n"
+        "steps:\n  - wait: {pod: p, phase: Running}\n  - fault: set-fire\n"
+    )
+    with pytest.raises(ScenarioError, match=r"^drill\.yaml:7: steps\[1\]\.fault: unknown fault 'set-fire'"):
+        parse_scenario(bad, source="drill.yaml")
+    with pytest.raises(ScenarioError, match=r"^d\.yaml:1: : missing required field 'expect'"):
+        parse_scenario("name: x\nnodes: []\nsteps: []\n", source="d.yaml")
+    with pytest.raises(ScenarioError, match=r"^d\.yaml:3: steps\[0\]\.apply: unknown workload 'nope'"):
+        parse_scenario("name: x\nexpect: y\nsteps: [{apply: nope}]\nnodes: []\n", source="d.yaml")
+
+
+class _Structure(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+
+@pytest.fixture(scope="module")
+def two_results(local_cluster: LocalCluster) -> list[DrillResult]:
+    ok = _run(local_cluster, load_scenario(shipped_scenario("unhealthy-gpu-eviction")))
+    broken, _ = broken_variant(load_scenario(shipped_scenario("unhealthy-gpu-eviction")))
+    return [ok, _run(local_cluster, broken)]
+
+
+def test_html_report_has_a_section_and_timeline_per_drill(two_results: list[DrillResult]) -> None:
+    page = render_html(two_results, title="drills")
+    parser = _Structure()
+    parser.feed(page)
+    sections = [a for t, a in parser.tags if t == "section"]
+    svgs = [a for t, a in parser.tags if t == "svg"]
+    rects = [t for t, _ in parser.tags if t == "rect"]
+    assert len(sections) == 2 and len(svgs) == 2
+    assert {a.get("class") for a in svgs} == {"timeline"}
+    assert len(rects) >= len(two_results[0].steps)  # a bar per step at least
+    assert "1 of 2 drills passed." in page
+    assert "device dgx/gpu-" in page  # the unhealthy device got a lane
+    assert page.count('class="fault"') >= 3
+
+
+def test_html_report_renders_in_headless_chromium(two_results: list[DrillResult], tmp_path: Path) -> None:
+    report = tmp_path / "report.html"
+    report.write_text(render_html(two_results, title="drills"))
+    shot = tmp_path / "report.png"
+    subprocess.run(
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            f"--screenshot={shot}",
+            "--window-size=1280,1400",
+            report.as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert (width, height) == (1280, 1400)
+    assert len(data) > 50_000  # a page with text, tables and timelines, not a blank screen
+
+
+@pytest.fixture
+def second_cluster() -> Iterator[LocalCluster]:
+    """A control plane started separately from the worker's, as a stand-in for "any cluster"."""
+    with local_cluster(base=Path(tempfile.mkdtemp(prefix="fd-"))) as cluster:
+        yield cluster
+
+
+def test_drills_run_against_another_cluster_by_kubeconfig(second_cluster: LocalCluster, tmp_path: Path) -> None:
+    files = [str(shipped_scenario("extended-resource-migration")), str(shipped_scenario("apiserver-outage"))]
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fakedev",
+            "drill",
+            *files,
+            "--kubeconfig",
+            str(second_cluster.kubeconfig),
+            "--report-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ},
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "extended-resource-migration  PASSED" in out.stdout
+    assert "apiserver-outage             SKIPPED" in out.stdout
+    assert (tmp_path / "report.html").exists() and (tmp_path / "junit.xml").exists()
