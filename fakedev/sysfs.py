@@ -234,3 +234,68 @@ def read_pci_devices(root: Path) -> list[SysfsPciDevice]:
             )
         )
     return out
+
+
+# -- mediated devices, created and removed as a vGPU manager does it ----------------------------------------------
+
+_AVAILABLE_BEFORE: Final = ".fakedev-available-before"
+"""Inside an mdev instance: what each type's available_instances said before, so removal restores it."""
+
+
+def create_mdev(root: Path, *, parents: tuple[PciFunction, ...], mdev_type: str, uuid: str, iommu_group: int) -> Path:
+    """Create mdev ``uuid`` of ``mdev_type`` on the first parent (a vGPU VF) that has room; idempotent.
+
+    As on hardware: ``<parent>/<uuid>/{mdev_type,iommu_group,remove}``, ``bus/mdev/devices/<uuid>``, a new IOMMU
+    group holding just the mdev, and the parent's ``available_instances`` dropping to 0 (one vGPU per VF).
+    """
+    existing = root / "bus" / "mdev" / "devices" / uuid
+    if existing.exists():
+        return existing.resolve()
+    tree = _Tree(root)
+    for parent in parents:
+        here = tree.device_dir(parent)
+        type_dir = here / "mdev_supported_types" / mdev_type
+        available = type_dir / "available_instances"
+        if not available.exists() or int(available.read_text()) < 1:
+            continue
+        instance = here / uuid
+        instance.mkdir()
+        before = {t.name: (t / "available_instances").read_text().strip() for t in type_dir.parent.iterdir()}
+        (instance / _AVAILABLE_BEFORE).write_text("\n".join(f"{k} {v}" for k, v in sorted(before.items())) + "\n")
+        _link(instance / "mdev_type", type_dir)
+        _link(type_dir / "devices" / uuid, instance)
+        group = root / "kernel" / "iommu_groups" / str(iommu_group)
+        _link(instance / "iommu_group", group)
+        _link(group / "devices" / uuid, instance)
+        _write(instance / "remove", "")
+        _write(instance / "uevent", f"MDEV_TYPE={mdev_type}")
+        for name in before:
+            _write(type_dir.parent / name / "available_instances", "0")
+        _link(existing, instance)
+        return instance
+    raise FakedevError(f"no parent function has room for an mdev of type {mdev_type}")
+
+
+def remove_mdev(root: Path, *, uuid: str) -> None:
+    """Remove mdev ``uuid`` (as ``echo 1 > remove`` does) and give its parent's capacity back; idempotent."""
+    link = root / "bus" / "mdev" / "devices" / uuid
+    if not link.is_symlink():
+        return
+    instance = link.resolve()
+    types = instance.parent / "mdev_supported_types"
+    saved = instance / _AVAILABLE_BEFORE
+    if saved.exists():
+        for line in saved.read_text().splitlines():
+            name, value = line.split()
+            _write(types / name / "available_instances", value)
+    mdev_type = (instance / "mdev_type").resolve().name
+    group = (instance / "iommu_group").resolve()
+    (types / mdev_type / "devices" / uuid).unlink(missing_ok=True)
+    (group / "devices" / uuid).unlink(missing_ok=True)
+    for path in (group / "devices", group):
+        if path.exists() and not any(path.iterdir()):
+            path.rmdir()
+    for child in instance.iterdir():
+        child.unlink()
+    instance.rmdir()
+    link.unlink()

@@ -12,6 +12,7 @@ from fakedev.cli import cluster as cluster_cmd
 from fakedev.cli import conformance as conformance_cmd
 from fakedev.cli import drill as drill_cmd
 from fakedev.cli import fault as fault_cmd
+from fakedev.cli import kubevirt as kubevirt_cmd
 from fakedev.cli import node as node_cmd
 from fakedev.cli import plugin as plugin_cmd
 from fakedev.cli import profile as profile_cmd
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     conformance_cmd.add_parser(sub)
     drill_cmd.add_parser(sub)
     fault_cmd.add_parser(sub)
+    kubevirt_cmd.add_parser(sub)
     node_cmd.add_parser(sub)
     plugin_cmd.add_parser(sub)
     profile_cmd.add_parser(sub)

@@ -38,6 +38,7 @@ DEFAULT_SET = (
     "node-reboot",
     "nic-hot-unplug",
     "apiserver-outage",
+    "kubevirt-pci",
 )
 
 
@@ -59,7 +60,12 @@ def add_parser(sub: Any) -> None:
         default=None,
         help="run against this cluster (drills marked localOnly are skipped); default: a private local control plane",
     )
-    p.add_argument("--report-dir", type=Path, default=Path("build/drills"))
+    p.add_argument(
+        "--report-dir",
+        type=Path,
+        default=Path("build/drills"),
+        help="where report.html, junit.xml and results.json go (default: build/drills)",
+    )
     p.add_argument("--list", action="store_true", help="list the shipped drills and exit")
     p.set_defaults(handler=_run)
 

@@ -147,6 +147,12 @@ class FakedevDrillEnvironment:
 
     # -- what the runner reads -------------------------------------------------------------------------------------
 
+    def node_root(self, node: str) -> Path | None:
+        for n in self.nodes.values():
+            if n.name == node and n.background.node is not None:
+                return n.background.node.paths.root
+        return None
+
     def pod_logs(self, namespace: str, name: str) -> str:
         for node in self.nodes.values():
             emulator = node.background.node

@@ -15,6 +15,7 @@ from fakedev.model.inventory import (
     MigDevice,
     NicPf,
     NicVf,
+    PassthroughGpu,
     VgpuDevice,
     VirtualNic,
     resolve_inventory,
@@ -82,6 +83,9 @@ def _row(device: PublishedDevice) -> tuple[str, ...]:
     kind = product = bdf = numa = root = memory = "-"
     if isinstance(model, GpuDevice):
         kind, product, bdf = "gpu", model.product.product_name, model.bdf.render()
+        numa, root, memory = str(model.pci.numa_node), model.pci.root.name, binary_quantity(model.product.memory_mib)
+    elif isinstance(model, PassthroughGpu):
+        kind, product, bdf = "vfio", model.product.product_name, model.bdf.render()
         numa, root, memory = str(model.pci.numa_node), model.pci.root.name, binary_quantity(model.product.memory_mib)
     elif isinstance(model, MigDevice):
         kind = "mig (pre-created)" if model.precreated else "mig"

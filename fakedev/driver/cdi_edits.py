@@ -15,7 +15,7 @@ from typing import Final
 
 import cdi
 from fakedev.driver.config import DeviceConfig
-from fakedev.model.inventory import ExampleGpu, GpuDevice, MigDevice, VgpuDevice
+from fakedev.model.inventory import ExampleGpu, GpuDevice, MigDevice, PassthroughGpu, VgpuDevice
 from fakedev.render.published import DeviceModel
 
 SAFE_MAJOR: Final = 1
@@ -79,8 +79,8 @@ def device_nodes(model: DeviceModel) -> tuple[FakeNode, ...]:
                 for c in caps
             ),
         )
-    if isinstance(model, VgpuDevice):
-        group = model.parent.pci.iommu_group
+    if isinstance(model, VgpuDevice | PassthroughGpu):
+        group = model.iommu_group if isinstance(model, VgpuDevice) else model.pci.iommu_group
         return (
             FakeNode(container_path="/dev/vfio/vfio", host_relpath="vfio/vfio"),
             FakeNode(container_path=f"/dev/vfio/{group}", host_relpath=f"vfio/{group}"),
@@ -141,6 +141,8 @@ def render_device_edits(
         ]
     elif isinstance(model, VgpuDevice):
         env = [f"FAKEDEV_{key}_MDEV_UUID={model.mdev_uuid}", f"FAKEDEV_{key}_VGPU_TYPE={model.vgpu_type.name}"]
+    elif isinstance(model, PassthroughGpu):
+        env = [f"FAKEDEV_{key}_PCI_BUS_ID={model.bdf.render()}", f"FAKEDEV_{key}_IOMMU_GROUP={model.pci.iommu_group}"]
     env += _sharing_env("FAKEDEV_", config) + extra
     return cdi.ContainerEdits(env=tuple(env), device_nodes=_cdi_nodes(device_nodes(model), dev_root=dev_root))
 

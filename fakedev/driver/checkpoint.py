@@ -53,6 +53,8 @@ class ClaimRecord(TypedDict):
     metadataGeneration: int
     statusApplied: bool
     nics: NotRequired[list[NicRecord]]
+    mdevs: NotRequired[list[str]]
+    """UUIDs of the mediated devices prepare created (vGPUs), removed again on unprepare."""
 
 
 class CheckpointFile(TypedDict):

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import cdi
+from fakedev import sysfs
 from fakedev.driver import cdi_edits, metadata
 from fakedev.driver.checkpoint import Checkpoint, ClaimRecord, DeviceRecord, NicRecord
 from fakedev.driver.claims import AllocatedDevice, ClaimPlan, check_claim_ref, compute_claim_plan, configs_for
@@ -27,7 +28,7 @@ from fakedev.driver.fsutil import atomic_write
 from fakedev.errors import ClaimError, KubeApiError
 from fakedev.kube import DriverApi
 from fakedev.model.identity import mig_uuid
-from fakedev.model.inventory import MigDevice, NicPf, NicVf, VirtualNic
+from fakedev.model.inventory import MigDevice, NicPf, NicVf, VgpuDevice, VirtualNic
 from fakedev.nics import host as nic_host
 from fakedev.nics.plan import NicAssignment, compute_assignment
 from fakedev.nics.ports import ifname_of
@@ -50,6 +51,8 @@ class StatePaths:
     plugin_data_dir: Path
     dev_root: Path
     checkpoint: Path
+    sysfs_root: Path | None = None
+    """The node's fake /sys (vGPU prepare creates its mdev there); None: no sysfs to maintain."""
 
     @property
     def metadata_root(self) -> Path:
@@ -230,6 +233,7 @@ class ClaimState:
         cdi_devices: list[tuple[str, cdi.ContainerEdits]] = []
         records: list[DeviceRecord] = []
         metadata_devices: dict[str, list[metadata.MetadataDevice]] = {}
+        mdevs: list[str] = []
         for d, p in zip(plan.devices, published, strict=True):
             for node in cdi_edits.device_nodes(p.model):
                 ensure_fake_node(self.paths.dev_root, node.host_relpath)
@@ -261,6 +265,11 @@ class ClaimState:
                 }
             )
             attributes: dict[str, Any] = {k: dict(v) for k, v in p.attributes.items()}
+            if isinstance(p.model, VgpuDevice):
+                # The mdev exists from now on; KubeVirt finds the vGPU by this (unqualified) attribute.
+                self._create_mdev(p.model)
+                attributes["mdevUUID"] = {"string": p.model.mdev_uuid}
+                mdevs.append(p.model.mdev_uuid)
             entry: metadata.MetadataDevice = {
                 "driver": self.driver,
                 "pool": d.pool,
@@ -312,7 +321,19 @@ class ClaimState:
             "metadataGeneration": generation,
             "statusApplied": False,
             "nics": list(nics.values()),
+            "mdevs": mdevs,
         }
+
+    def _create_mdev(self, vgpu: VgpuDevice) -> None:
+        if self.paths.sysfs_root is None:
+            return
+        sysfs.create_mdev(
+            self.paths.sysfs_root,
+            parents=vgpu.parent.vfs,
+            mdev_type=vgpu.vgpu_type.mdev_type,
+            uuid=vgpu.mdev_uuid,
+            iommu_group=vgpu.iommu_group,
+        )
 
     def _files_present(self, record: ClaimRecord) -> bool:
         """A node reboot wipes the CDI dir (volatile); then the claim is prepared again from scratch."""
@@ -335,6 +356,9 @@ class ClaimState:
         )
         dir_name = record["metadataDir"] if record else f"{ref.namespace}_{ref.name}"
         shutil.rmtree(self.paths.metadata_root / dir_name, ignore_errors=True)
+        for uuid in record.get("mdevs", []) if record else []:
+            if self.paths.sysfs_root is not None:
+                sysfs.remove_mdev(self.paths.sysfs_root, uuid=uuid)
         for nic in record.get("nics", []) if record else []:
             # Back in the node's namespace (the runtime moved it out of the pod): hardware MAC and MTU, no addresses.
             nic_host.reset(

@@ -7,7 +7,7 @@ returns is deterministic in those two inputs.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from fakedev.model import identity
@@ -28,6 +28,7 @@ from fakedev.model.vgpu import VgpuType
 
 IOMMU_GROUP_BASE: Final = 16  # real hosts number groups from 0 for chipset devices; keep endpoints clear of those
 NVIDIA_DRIVER: Final = "nvidia"
+VFIO_DRIVER: Final = "vfio-pci"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,6 +76,19 @@ class GpuDevice:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PassthroughGpu:
+    """A GPU bound to vfio-pci for a VM: only PCI facts (no minor, no UUID the host driver could report)."""
+
+    index: int
+    product: GpuProduct
+    pci: PciFunction
+
+    @property
+    def bdf(self) -> Bdf:
+        return self.pci.bdf
+
+
+@dataclass(frozen=True, kw_only=True)
 class MigDevice:
     """A GPU instance: a possible placement (dynamic MIG) or a pre-created instance (static MIG, has a uuid)."""
 
@@ -97,6 +111,8 @@ class VgpuDevice:
     placement: Placement | None
     index: int
     mdev_uuid: str
+    iommu_group: int
+    """The group the kernel gives the mdev once created (one per mdev, numbered after every PCI function's)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,6 +156,7 @@ class NodeInventory:
     node_name: str
     profile: NodeProfile
     gpus: tuple[GpuDevice, ...]
+    passthrough_gpus: tuple[PassthroughGpu, ...]
     mig_devices: tuple[MigDevice, ...]
     vgpu_devices: tuple[VgpuDevice, ...]
     nics: tuple[NicPf, ...]
@@ -148,6 +165,7 @@ class NodeInventory:
 
     def pci_functions(self) -> tuple[PciFunction, ...]:
         functions = [g.pci for g in self.gpus] + [vf for g in self.gpus for vf in g.vfs]
+        functions += [g.pci for g in self.passthrough_gpus]
         functions += [n.pci for n in self.nics] + [vf.pci for n in self.nics for vf in n.vfs]
         return tuple(sorted(functions, key=lambda f: f.bdf))
 
@@ -164,8 +182,12 @@ def resolve_inventory(profile: NodeProfile, *, node_name: str) -> NodeInventory:
     def cpulist(root: PcieRoot) -> str:
         return cpus.get(root.numa_node, every_cpu) if root.numa_node is not None else every_cpu
 
-    # NVIDIA numbers minors in PCI enumeration order.
-    gpu_specs = sorted(profile.gpus, key=lambda g: g.address)
+    # NVIDIA numbers minors in PCI enumeration order, over the GPUs its driver owns.
+    gpu_specs = sorted((g for g in profile.gpus if not g.passthrough), key=lambda g: g.address)
+    passthrough = tuple(
+        _passthrough(spec, index=i, cpulist=cpulist(spec.root), groups=groups)
+        for i, spec in enumerate(sorted((g for g in profile.gpus if g.passthrough), key=lambda g: g.address))
+    )
     gpus = tuple(
         _gpu(spec, minor=minor, node_name=node_name, cpulist=cpulist(spec.root), groups=groups)
         for minor, spec in enumerate(gpu_specs)
@@ -178,11 +200,14 @@ def resolve_inventory(profile: NodeProfile, *, node_name: str) -> NodeInventory:
             gpu, spec=spec, node_name=node_name, compatibility_groups=profile.features.compatibility_groups
         )
         vgpu_devices += _vgpu_devices(gpu, node_name=node_name)
+    first_mdev_group = IOMMU_GROUP_BASE + len(groups)
+    vgpu_devices = [replace(v, iommu_group=first_mdev_group + i) for i, v in enumerate(vgpu_devices)]
     nics = _nics(profile.nics, node_name=node_name, cpulist=cpulist, groups=groups)
     return NodeInventory(
         node_name=node_name,
         profile=profile,
         gpus=gpus,
+        passthrough_gpus=passthrough,
         mig_devices=tuple(mig_devices),
         vgpu_devices=tuple(vgpu_devices),
         nics=nics,
@@ -261,6 +286,19 @@ def _gpu(spec: GpuSpec, *, minor: int, node_name: str, cpulist: str, groups: dic
     )
 
 
+def _passthrough(spec: GpuSpec, *, index: int, cpulist: str, groups: dict[Bdf, int]) -> PassthroughGpu:
+    pci = PciFunction(
+        bdf=spec.address,
+        ids=spec.product.ids,
+        root=spec.root,
+        numa_node=spec.root.numa_node,
+        local_cpulist=cpulist,
+        iommu_group=groups[spec.address],
+        driver=VFIO_DRIVER,
+    )
+    return PassthroughGpu(index=index, product=spec.product, pci=pci)
+
+
 def _offered(vgpu_type: VgpuType, *, modes: tuple[VgpuMode, ...]) -> bool:
     wanted = VgpuMode.MIG_BACKED if vgpu_type.mig_backed else VgpuMode.TIME_SLICED
     return wanted in modes
@@ -312,6 +350,7 @@ def _vgpu_devices(gpu: GpuDevice, *, node_name: str) -> list[VgpuDevice]:
                     placement=placement,
                     index=index,
                     mdev_uuid=identity.mdev_uuid(node=node_name, key=key),
+                    iommu_group=0,  # numbered node-wide by resolve_inventory
                 )
             )
     return devices

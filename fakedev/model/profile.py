@@ -62,6 +62,8 @@ class GpuSpec:
     address: Bdf
     mig: MigSpec
     vgpu: VgpuSpec | None = None
+    passthrough: bool = False
+    """Bound to vfio-pci at boot for VM passthrough: published as ``gpu-vfio-<n>``, no MIG, no vGPU, no minor."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -312,6 +314,7 @@ class _GpuDraft:
     mig: MigSpec
     vgpu: VgpuSpec | None
     vgpu_at: _At | None
+    passthrough: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -333,7 +336,7 @@ def _placed(at: _At, f: dict[str, _At], *, roots: tuple[PcieRoot, ...]) -> _Plac
 
 
 def _gpu(at: _At, *, roots: tuple[PcieRoot, ...]) -> _GpuDraft:
-    f = at.fields(known=("product", "root", "address", "mig", "vgpu"), required=("product", "root"))
+    f = at.fields(known=("product", "root", "address", "mig", "vgpu", "passthrough"), required=("product", "root"))
     key = f["product"].string()
     product = catalog.GPU_PRODUCTS.get(key)
     if product is None:
@@ -343,7 +346,12 @@ def _gpu(at: _At, *, roots: tuple[PcieRoot, ...]) -> _GpuDraft:
     if vgpu is not None and "mig" in f:
         f["mig"].fail("a GPU offering vGPU takes its MIG layout from the vGPU types; drop `mig`")
     mig_spec = _mig(f["mig"], product=product) if "mig" in f else MigSpec()
-    return _GpuDraft(placed=placed, product=product, mig=mig_spec, vgpu=vgpu, vgpu_at=f.get("vgpu"))
+    passthrough = f["passthrough"].boolean() if "passthrough" in f else False
+    if passthrough and ("mig" in f or "vgpu" in f):
+        f["passthrough"].fail("a GPU bound to vfio-pci for passthrough has no MIG or vGPU; drop `mig`/`vgpu`")
+    return _GpuDraft(
+        placed=placed, product=product, mig=mig_spec, vgpu=vgpu, vgpu_at=f.get("vgpu"), passthrough=passthrough
+    )
 
 
 def _mig(at: _At, *, product: GpuProduct) -> MigSpec:
@@ -533,7 +541,14 @@ def _place(
         taken[(item.root.domain, free)] = item.at.path
         addresses.append(Bdf(domain=item.root.domain, bus=free, device=0, function=0))
     gpu_specs = tuple(
-        GpuSpec(product=d.product, root=d.placed.root, address=addresses[i], mig=d.mig, vgpu=d.vgpu)
+        GpuSpec(
+            product=d.product,
+            root=d.placed.root,
+            address=addresses[i],
+            mig=d.mig,
+            vgpu=d.vgpu,
+            passthrough=d.passthrough,
+        )
         for i, d in enumerate(gpus)
     )
     nic_specs = tuple(

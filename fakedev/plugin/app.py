@@ -150,6 +150,7 @@ class PluginApp:
         client = KubeClient(s.credentials, field_manager=f"fakedev/{self.driver}") if s.credentials else None
         api = DriverApi(client=client, driver=self.driver, node_name=s.node_name) if client else None
         data_dir = s.state_dir or self.paths.plugin_dir
+        sysfs_root = await asyncio.to_thread(self._ensure_gpu_sysfs, data_dir / "sys")
         state = ClaimState(
             driver=self.driver,
             node_name=s.node_name,
@@ -158,6 +159,7 @@ class PluginApp:
                 plugin_data_dir=self.paths.plugin_dir,
                 dev_root=data_dir / "dev",
                 checkpoint=data_dir / "checkpoint.json",
+                sysfs_root=sysfs_root,
             ),
             api=api,
             lookup=self.lookup,
@@ -255,6 +257,16 @@ class PluginApp:
             "healthSubscribers": self.health.subscribers,
             "udevEvents": self.udev.events if self.udev else 0,
         }
+
+    def _ensure_gpu_sysfs(self, root: Path) -> Path | None:
+        """The fake /sys a VM host's GPUs need (vfio bindings, IOMMU groups, mdev types); None when there are none."""
+        inventory = self.inventory
+        assert inventory is not None
+        if self.schema != Schema.NVIDIA or not (inventory.passthrough_gpus or inventory.vgpu_devices):
+            return None
+        if not (root / "bus").exists():
+            write_sysfs(inventory, root=root)
+        return root
 
     async def _discover_nics(self, netns: str, sysfs_root: Path) -> None:
         """Find the NICs in the node namespace (sysfs + netlink) and follow udev; missing ones are unhealthy."""

@@ -46,7 +46,7 @@ _PLANNERS: dict[Schema, _Planner] = {
 def default_schemas(inventory: NodeInventory) -> tuple[Schema, ...]:
     """The schemas this node has devices for, in a fixed order."""
     present = {
-        Schema.NVIDIA: bool(inventory.gpus),
+        Schema.NVIDIA: bool(inventory.gpus or inventory.passthrough_gpus),
         Schema.DRANET: bool(inventory.nics or inventory.virtual_nics),
         Schema.EXAMPLE: bool(inventory.example_gpus),
     }

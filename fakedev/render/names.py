@@ -22,6 +22,11 @@ def gpu_device(minor: int) -> str:
     return f"gpu-{minor}"
 
 
+def vfio_device(index: int) -> str:
+    """A GPU bound to vfio-pci, as the NVIDIA driver names it (its own index, not an NVIDIA minor)."""
+    return f"gpu-vfio-{index}"
+
+
 def mig_device(*, parent_minor: int, profile: MigProfile, placement: Placement) -> str:
     # gpu-0-mig-1g10gb-19-0: profile, GPU instance profile ID and start tell placements apart.
     return f"gpu-{parent_minor}-mig-{sanitize_label(profile.name)}-{profile.gi_profile_id}-{placement.start}"

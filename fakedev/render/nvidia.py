@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 from fakedev.model import mig
-from fakedev.model.inventory import GpuDevice, MigDevice, NodeInventory, VgpuDevice
+from fakedev.model.inventory import GpuDevice, MigDevice, NodeInventory, PassthroughGpu, VgpuDevice
 from fakedev.model.mig import Engines, Placement
 from fakedev.model.profile import MigMode, NvidiaSoftware
 from fakedev.model.vgpu import slot_cost, slot_total
@@ -71,6 +71,12 @@ def plan_nvidia(
                 device["taints"] = [t.copy() for t in taints[device["name"]]]
         groups.append(tuple(device for device, _ in entries))
         published += [entry for _, entry in entries]
+    for passthrough in inventory.passthrough_gpus:
+        device, entry = _vfio(passthrough, software=software, pool=inventory.node_name)
+        if device["name"] in taints:
+            device["taints"] = [t.copy() for t in taints[device["name"]]]
+        groups.append((device,))
+        published.append(entry)
     plan = PoolPlan(
         driver=DRIVER,
         pool=inventory.node_name,
@@ -79,6 +85,36 @@ def plan_nvidia(
         partition_type_attribute=PARTITION_TYPE_ATTRIBUTE if features.partition_type_attribute else None,
     )
     return plan, published
+
+
+def _vfio(gpu: PassthroughGpu, *, software: NvidiaSoftware, pool: str) -> tuple[Device, PublishedDevice]:
+    """A GPU bound to vfio-pci: what a VM needs to know (PCI identity and place), nothing the host driver reports."""
+    del software  # the host's NVIDIA driver does not own it, so no driver or CUDA version applies
+    product = gpu.product
+    attributes: dict[str, DeviceAttribute] = {
+        "type": values.string("vfio"),
+        "productName": values.string(product.product_name),
+        "brand": values.string(BRAND),
+        "architecture": values.string(product.architecture),
+        "deviceID": values.string(f"0x{product.ids.device:04x}"),
+        "vendorID": values.string(f"0x{product.ids.vendor:04x}"),
+        "iommuFDEnabled": values.boolean(value=False),
+        values.PCI_BUS_ID: values.string(gpu.bdf.render()),
+        values.PCIE_ROOT: values.string(gpu.pci.root.name),
+    }
+    if gpu.pci.numa_node is not None:
+        attributes[values.NUMA_NODE] = values.integer(gpu.pci.numa_node)
+    device: Device = {
+        "name": names.vfio_device(gpu.index),
+        "attributes": attributes,
+        "capacity": {"addressableMemory": values.mebibytes(product.memory_mib)},
+    }
+    return device, PublishedDevice(
+        ref=DeviceRef(driver=DRIVER, pool=pool, device=device["name"]),
+        attributes=attributes,
+        capacity=device["capacity"],
+        model=gpu,
+    )
 
 
 def _engine_counters(engines: Engines, *, memory_mib: int) -> dict[str, Counter]:

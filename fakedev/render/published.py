@@ -7,7 +7,16 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
-from fakedev.model.inventory import ExampleGpu, GpuDevice, MigDevice, NicPf, NicVf, VgpuDevice, VirtualNic
+from fakedev.model.inventory import (
+    ExampleGpu,
+    GpuDevice,
+    MigDevice,
+    NicPf,
+    NicVf,
+    PassthroughGpu,
+    VgpuDevice,
+    VirtualNic,
+)
 from fakedev.render.types import DeviceAttribute, DeviceCapacity, ResourceSlice
 
 
@@ -29,7 +38,7 @@ DRIVERS: Final[Mapping[Schema, str]] = {
     Schema.EXAMPLE: "gpu.example.com",
 }
 
-DeviceModel = GpuDevice | MigDevice | VgpuDevice | NicPf | NicVf | VirtualNic | ExampleGpu
+DeviceModel = GpuDevice | PassthroughGpu | MigDevice | VgpuDevice | NicPf | NicVf | VirtualNic | ExampleGpu
 
 
 @dataclass(frozen=True, kw_only=True, order=True)

@@ -6,10 +6,13 @@ when a wait times out, so the failure says why.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from harness.kubevirt.verify import VerifyError, emulated_node_view, verify_vmi
 from kubeclient import JsonObj, KubeClient
 from kubeclient.resources import EVENTS, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 
@@ -24,6 +27,8 @@ class ConditionContext:
     nodes: Mapping[str, str]
     """Scenario node name → real node name."""
     logs: LogReader
+    node_roots: Callable[[str], Path | None] = lambda _: None
+    """Real node name → the emulated node's directory (for checks that read node files), None if unknown."""
 
 
 def _phase(pod: JsonObj | None) -> str:
@@ -127,12 +132,40 @@ def check_event(c: Mapping[str, Any], ctx: ConditionContext) -> str | None:
     return None
 
 
+def check_kubevirt(c: Mapping[str, Any], ctx: ConditionContext) -> str | None:
+    """The VMI in the launcher pod's ``VMI_JSON`` passes ``fakedev kubevirt verify``, container output included."""
+    pod = ctx.client.get_or_none(PODS, str(c["kubevirt"]), namespace=ctx.namespace)
+    if pod is None:
+        return f"launcher pod {c['kubevirt']} does not exist"
+    env = {e["name"]: e.get("value", "") for ct in pod["spec"]["containers"] for e in ct.get("env") or []}
+    if "VMI_JSON" not in env:
+        return f"launcher pod {c['kubevirt']} carries no VMI_JSON"
+    root = ctx.node_roots(str(pod["spec"].get("nodeName", "")))
+    if root is None:
+        return f"launcher pod {c['kubevirt']} is not on an emulated node"
+    vmi = json.loads(env["VMI_JSON"])
+    vmi.setdefault("metadata", {})["namespace"] = ctx.namespace
+    try:
+        report = verify_vmi(
+            vmi=vmi,
+            client=ctx.client,
+            node=emulated_node_view(root),
+            pod=pod,
+            container_output=ctx.logs(ctx.namespace, str(c["kubevirt"])),
+        )
+    except VerifyError as exc:
+        return str(exc)
+    failed = report.failed()
+    return None if not failed else "; ".join(f"{f.rule}: {f.detail}" for f in failed)
+
+
 CHECKS: Mapping[str, Callable[[Mapping[str, Any], ConditionContext], str | None]] = {
     "pod": check_pod,
     "pods": check_pods,
     "claim": check_claim,
     "slices": check_slices,
     "event": check_event,
+    "kubevirt": check_kubevirt,
 }
 
 

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final, Protocol
 
 from harness.cluster.local import LocalCluster
@@ -51,6 +52,10 @@ class DrillEnvironment(Protocol):
         ...
 
     def pod_logs(self, namespace: str, name: str) -> str: ...
+
+    def node_root(self, node: str) -> Path | None:
+        """The emulated node's directory (kubelet root, CDI dir, checkpoint), None if ``node`` is not one."""
+        ...
 
     def device_health(self) -> dict[str, str]:
         """``<node>/<device>`` → Healthy, Unhealthy or Unknown, for every device the drivers report."""
@@ -141,7 +146,7 @@ class DrillRun:
             self.nodes = self.env.start_nodes(self.scenario, prefix=prefix)
             result.nodes = dict(self.nodes)
             for c in self.scenario.classes:
-                self._make_class(c.name, c.cel, c.extended_resource_name, prefix=prefix)
+                self.make_class(c.name, c.cel, c.extended_resource_name, prefix=prefix)
             sampler.start()
             self._steps(result)
         except (StepFailed, ApiError, OSError) as exc:
@@ -150,11 +155,11 @@ class DrillRun:
             self._stop.set()
             if sampler.is_alive():
                 sampler.join(timeout=5)
-            self._teardown()
+            self.teardown()
             result.seconds = round(time.monotonic() - self._t0, 2)
         return result
 
-    def _make_class(self, name: str, cel: str, extended: str | None, *, prefix: str) -> None:
+    def make_class(self, name: str, cel: str, extended: str | None, *, prefix: str) -> None:
         real = name if extended else f"{prefix}-{name}"  # extended-resource classes keep the name users apply
         spec: dict[str, Any] = {"selectors": [{"cel": {"expression": self.render(cel)}}]}
         if extended:
@@ -208,7 +213,13 @@ class DrillRun:
         return round(time.monotonic() - self._t0, 3)
 
     def _context(self) -> ConditionContext:
-        return ConditionContext(client=self.client, namespace=self.namespace, nodes=self.nodes, logs=self.env.pod_logs)
+        return ConditionContext(
+            client=self.client,
+            namespace=self.namespace,
+            nodes=self.nodes,
+            logs=self.env.pod_logs,
+            node_roots=self.env.node_root,
+        )
 
     def _do(self, step: Step) -> str:
         body = step.body
@@ -324,7 +335,7 @@ class DrillRun:
                 }
                 self.result.samples.append(Sample(t=self._now(), pods=pods, devices=self.env.device_health()))
 
-    def _teardown(self) -> None:
+    def teardown(self) -> None:
         with contextlib.suppress(Exception):
             for pod in self.client.list(PODS, namespace=self.namespace):
                 self.client.delete(PODS, pod["metadata"]["name"], namespace=self.namespace, grace_seconds=0)

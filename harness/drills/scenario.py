@@ -36,7 +36,7 @@ FAULTS: Final = (
     "nic-unplug",
     "nic-replug",
 )
-CONDITIONS: Final = ("pod", "pods", "claim", "slices", "event")
+CONDITIONS: Final = ("pod", "pods", "claim", "slices", "event", "kubevirt")
 STEP_KINDS: Final = ("apply", "delete", "wait", "assert", "fault", "recover")
 DEFAULT_TIMEOUT: Final = 60.0
 
@@ -79,7 +79,6 @@ class Scenario:
     description: str
     expect: str
     local_only: bool
-    requires: Mapping[str, Any]
     nodes: tuple[NodeSpec, ...]
     classes: tuple[ClassSpec, ...]
     workloads: Mapping[str, str]
@@ -218,7 +217,7 @@ def parse_scenario(text: str, *, source: str) -> Scenario:
     if root is None:
         raise ScenarioError(f"{source}:1: the file is empty")
     top = _Node(source, root, "").mapping(
-        allowed={"name", "description", "expect", "localOnly", "requires", "nodes", "classes", "workloads", "steps"},
+        allowed={"name", "description", "expect", "localOnly", "nodes", "classes", "workloads", "steps"},
         required={"name", "expect", "nodes", "steps"},
     )
     nodes = []
@@ -269,7 +268,6 @@ def parse_scenario(text: str, *, source: str) -> Scenario:
         description=top["description"].string() if "description" in top else "",
         expect=top["expect"].string(),
         local_only=top["localOnly"].boolean() if "localOnly" in top else False,
-        requires=top["requires"].plain() if "requires" in top else {},
         nodes=tuple(nodes),
         classes=tuple(classes),
         workloads=workloads,

@@ -29,6 +29,7 @@ from harness.node.plugins import PluginManager
 from harness.node.podclaims import compute_pod_claims, compute_resource_status_name
 from harness.node.pods import PodWorker
 from harness.procs import RunDir, default_run_base, open_run_dir
+from harness.runtime.images import LOCAL_IMAGES, ensure_image
 from harness.runtime.rootfs import ensure_rootfs
 from harness.runtime.runc import Runc
 from kubeclient import ApiError, KubeClient
@@ -127,6 +128,12 @@ class NodeEmulator:
     @property
     def name(self) -> str:
         return self.settings.name
+
+    def rootfs_for(self, image: str) -> Path:
+        """The rootfs template for a container image (a local image's program added to busybox)."""
+        if image not in LOCAL_IMAGES:
+            return self.rootfs_template
+        return ensure_image(image, cache_root=self.settings.rootfs_cache or self.paths.root / "cache")
 
     # -- life cycle ----------------------------------------------------------------------------------------------
 

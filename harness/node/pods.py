@@ -247,7 +247,7 @@ class PodWorker:
         bundle = self.dir / f"{name}-{attempt}"
         rootfs = bundle / "rootfs"
         if not rootfs.exists():
-            clone_rootfs(template=self.node.rootfs_template, destination=rootfs)
+            clone_rootfs(template=self.node.rootfs_for(str(spec.get("image", ""))), destination=rootfs)
         args = [*(spec.get("command") or []), *(spec.get("args") or [])] or ["sh"]
         oci = render_container_spec(
             args=args,

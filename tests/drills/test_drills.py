@@ -73,6 +73,8 @@ def _unreachable(cond: dict[str, object]) -> dict[str, object]:
         return {**cond, "log": f"{cond['log']} and something never printed"}
     if "slices" in cond:
         return {**cond, "min": 10_000} if "min" in cond or "count" in cond else {**cond, "tainted": not cond["tainted"]}
+    if "claim" in cond:
+        return {**cond, "allocated": not cond.get("allocated", True)}
     if "pod" in cond:
         return {"pod": cond["pod"], "phase": "Succeeded"}
     return {**cond, "contains": "a message nobody writes"}

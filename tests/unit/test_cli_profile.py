@@ -14,7 +14,7 @@ from fakedev.cli import main
 def test_list_names_every_builtin_profile(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["profile", "list"]) == 0
     names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
-    assert names == ["a100-mixed", "dgx-h100", "hgx-h200", "nic-only", "seed-example", "vgpu-host"]
+    assert names == ["a100-mixed", "dgx-h100", "hgx-h200", "kubevirt-host", "nic-only", "seed-example", "vgpu-host"]
 
 
 def test_show_prints_a_device_table(capsys: pytest.CaptureFixture[str]) -> None:

@@ -134,6 +134,16 @@ BAD = {
         "gpus[0].mig",
         "drop `mig`",
     ),
+    "passthrough-and-mig": (
+        'gpus: [{product: h100-sxm5-80gb, root: "pci0000:50", passthrough: true, mig: {mode: dynamic}}]',
+        "gpus[0].passthrough",
+        "bound to vfio-pci for passthrough has no MIG or vGPU",
+    ),
+    "passthrough-not-boolean": (
+        'gpus: [{product: h100-sxm5-80gb, root: "pci0000:50", passthrough: vfio}]',
+        "gpus[0].passthrough",
+        "must be true or false",
+    ),
     "bad-virtual-nic": ("virtualNics: [{name: Eth_0}]", "virtualNics[0].name", "must be a DNS label"),
     "bad-numa": (
         'nics: [{product: connectx-7, root: "pci0000:50"}]\nfeatures: {compatibilityGroups: yes-please}',

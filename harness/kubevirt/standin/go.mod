@@ -1,0 +1,3 @@
+module fakedev.local/virt-launcher-standin
+
+go 1.22
