@@ -14,7 +14,8 @@ from typing import Any
 from fakedev.cli.drill_env import FakedevDrillEnvironment
 from fakedev.logs import TextFormatter
 from harness.cluster.local import LocalCluster, local_cluster
-from harness.drills.report import as_cases, render_html
+from harness.drills.report import as_cases, render_html, render_matrix
+from harness.drills.requirements import cluster_gates
 from harness.drills.runner import DrillResult, run_drills
 from harness.drills.scenario import Scenario, load_scenario
 from harness.reports import compute_exit_code, render_console, render_json, render_junit
@@ -43,7 +44,18 @@ DEFAULT_SET = (
 
 
 def shipped_scenario(name: str) -> Path:
+    """A shipped drill by name (``matrix/<name>`` for the feature matrix family)."""
     return Path(str(resources.files("fakedev") / "scenarios" / f"{name}.yaml"))
+
+
+def matrix_set() -> tuple[str, ...]:
+    """The feature-matrix drills: every file in ``scenarios/matrix/``, by name."""
+    folder = Path(str(resources.files("fakedev") / "scenarios" / "matrix"))
+    return tuple(f"matrix/{p.stem}" for p in sorted(folder.glob("*.yaml")))
+
+
+def drill_set(name: str) -> tuple[str, ...]:
+    return {"default": DEFAULT_SET, "matrix": matrix_set(), "all": DEFAULT_SET + matrix_set()}[name]
 
 
 def add_parser(sub: Any) -> None:
@@ -65,6 +77,12 @@ def add_parser(sub: Any) -> None:
         type=Path,
         default=Path("build/drills"),
         help="where report.html, junit.xml and results.json go (default: build/drills)",
+    )
+    p.add_argument(
+        "--set",
+        choices=("default", "matrix", "all"),
+        default="default",
+        help="which shipped drills run without files: the fault drills (default), the 1.37 feature matrix, or both",
     )
     p.add_argument("--list", action="store_true", help="list the shipped drills and exit")
     p.set_defaults(handler=_run)
@@ -108,23 +126,27 @@ def run_scenarios(
             progress=_say,
             env_factory=lambda: FakedevDrillEnvironment(client=client, kubeconfig=path),
         )
+        gates = cluster_gates(client) if any(s.feature for s in scenarios) else {}
     cases = as_cases(results)
     report_dir.mkdir(parents=True, exist_ok=True)
+    if gates:
+        (report_dir / "matrix.md").write_text(render_matrix(results, gates=gates))
     (report_dir / "report.html").write_text(render_html(results, title=title))
     (report_dir / "junit.xml").write_text(render_junit(cases, suite="fakedev-drills"))
     (report_dir / "report.json").write_text(render_json(cases, meta={"title": title}))
     print(render_console(cases, title=title))
-    print(f"HTML report: {report_dir / 'report.html'} (also junit.xml, report.json, drills.log)")
+    extra = ", matrix.md" if gates else ""
+    print(f"HTML report: {report_dir / 'report.html'} (also junit.xml, report.json{extra}, drills.log)")
     return results, compute_exit_code(cases)
 
 
 def _run(args: argparse.Namespace) -> int:
     if args.list:
-        for name in DEFAULT_SET:
+        for name in drill_set("all"):
             s = load_scenario(shipped_scenario(name))
-            print(f"{name:<30} {s.description}")
+            print(f"{name:<40} {s.description}")
         return 0
-    files = args.files or [shipped_scenario(n) for n in DEFAULT_SET]
+    files = args.files or [shipped_scenario(n) for n in drill_set(args.set)]
     scenarios = [load_scenario(f) for f in files]
     _, code = run_scenarios(scenarios, kubeconfig=args.kubeconfig, report_dir=args.report_dir, title="fakedev drills")
     return code

@@ -133,8 +133,12 @@ def _run(args: argparse.Namespace) -> int:
         try:
             for name in names:
                 # The node's NICs are its hardware: made before its drivers start, on one fabric for all nodes.
-                nics = install_node_nics(
-                    resolve_inventory(profile, node_name=name), node_run_id=node_run_id(name), fabric_run_id=fabric_id
+                # Off the loop: pyroute2's synchronous sockets run an event loop of their own.
+                nics = await asyncio.to_thread(
+                    install_node_nics,
+                    resolve_inventory(profile, node_name=name),
+                    node_run_id=node_run_id(name),
+                    fabric_run_id=fabric_id,
                 )
                 hardware_made.extend([nics] if nics else [])
                 node = NodeEmulator(
@@ -177,9 +181,9 @@ def _run(args: argparse.Namespace) -> int:
             for node in nodes:
                 await node.stop()
             for made in hardware_made:
-                remove_hardware(made.hardware)
+                await asyncio.to_thread(remove_hardware, made.hardware)
             if hardware_made:
-                delete_netns(hardware_made[0].hardware.fabric_netns)
+                await asyncio.to_thread(delete_netns, hardware_made[0].hardware.fabric_netns)
             beats.stop()
 
     asyncio.run(main())

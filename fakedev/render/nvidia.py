@@ -197,7 +197,9 @@ class _GpuBuilder:
         self, device: Device, *, model: GpuDevice | MigDevice | VgpuDevice, partition_type: str
     ) -> tuple[Device, PublishedDevice]:
         if self.partition_types and device.get("consumesCounters"):
-            device.setdefault("attributes", {})[PARTITION_TYPE_ATTRIBUTE] = values.string(partition_type)
+            # 1.37.2 counts the counter set in "equal counter costs": a type is scoped to one GPU.
+            value = f"gpu-{self.gpu.minor}/{partition_type}"
+            device.setdefault("attributes", {})[PARTITION_TYPE_ATTRIBUTE] = values.string(value)
         return device, PublishedDevice(
             ref=DeviceRef(driver=DRIVER, pool=self.pool, device=device["name"]),
             attributes=device.get("attributes", {}),
@@ -247,7 +249,9 @@ class _GpuBuilder:
         if not instance.precreated:
             counters = _engine_counters(profile.engines, memory_mib=profile.memory_mib)
             device["consumesCounters"] = self._consumes(counters | _slice_counters(instance.placement), group=GROUP_MIG)
-        return self._finish(device, model=instance, partition_type=profile.name)
+        # 1.37 wants every device of one partition type to consume the same counters; each placement consumes its
+        # own memory slices, so the type is the profile at a placement (PartitionCostMismatch otherwise).
+        return self._finish(device, model=instance, partition_type=f"{profile.name}@{instance.placement.start}")
 
     def vgpu(self, vgpu: VgpuDevice) -> tuple[Device, PublishedDevice]:
         vgpu_type = vgpu.vgpu_type
@@ -280,4 +284,5 @@ class _GpuBuilder:
             "capacity": capacity,
             "consumesCounters": self._consumes(counters, group=group),
         }
-        return self._finish(device, model=vgpu, partition_type=vgpu_type.name)
+        placed = f"@{vgpu.placement.start}" if vgpu_type.mig_profile is not None and vgpu.placement is not None else ""
+        return self._finish(device, model=vgpu, partition_type=vgpu_type.name + placed)

@@ -7,6 +7,7 @@ when a wait times out, so the failure says why.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 
 from harness.kubevirt.verify import VerifyError, emulated_node_view, verify_vmi
 from kubeclient import JsonObj, KubeClient
-from kubeclient.resources import EVENTS, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from kubeclient.resources import DEVICE_CLASSES, EVENTS, KNOWN, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 
 LogReader = Callable[[str, str], str]
 """(namespace, pod) → the pod's container output as the node ran it."""
@@ -59,6 +60,10 @@ def check_pod(c: Mapping[str, Any], ctx: ConditionContext) -> str | None:
         counts = [s.get("restartCount", 0) for s in pod.get("status", {}).get("containerStatuses") or []]
         if not counts or min(counts) < int(c["restarts"]):
             return f"pod {c['pod']} restarted {counts} times, expected at least {c['restarts']}"
+    if c.get("extendedClass") == "newest":
+        problem = _check_extended_class(pod, ctx)
+        if problem:
+            return problem
     if "health" in c:
         want = str(c["health"])
         seen = [
@@ -69,6 +74,30 @@ def check_pod(c: Mapping[str, Any], ctx: ConditionContext) -> str | None:
         ]
         if want not in seen:
             return f"pod {c['pod']} reports device health {seen or 'none'}, not {want}"
+    return None
+
+
+def _check_extended_class(pod: JsonObj, ctx: ConditionContext) -> str | None:
+    """The scheduler made the pod's extended-resource claim from the newest DeviceClass for that resource name
+    (ties in creationTimestamp, which has one-second resolution, go to the smallest name)."""
+    status = (pod.get("status") or {}).get("extendedResourceClaimStatus") or {}
+    if not status.get("resourceClaimName"):
+        return f"pod {pod['metadata']['name']} has no extended-resource claim"
+    claim = ctx.client.get(RESOURCE_CLAIMS, status["resourceClaimName"], namespace=ctx.namespace)
+    used = {r["name"]: (r.get("exactly") or {}).get("deviceClassName") for r in claim["spec"]["devices"]["requests"]}
+    names = {m["requestName"]: m["resourceName"] for m in status.get("requestMappings") or []}
+    classes = ctx.client.list(DEVICE_CLASSES)
+    for request, resource in names.items():
+        candidates = [c for c in classes if c["spec"].get("extendedResourceName") == resource]
+        # Newest first; within one second, the smallest name.
+        by_name = sorted(candidates, key=lambda c: str(c["metadata"]["name"]))
+        newest = sorted(by_name, key=lambda c: str(c["metadata"]["creationTimestamp"]), reverse=True)[0]  # stable
+        if used.get(request) != newest["metadata"]["name"]:
+            seen = sorted((c["metadata"]["creationTimestamp"], c["metadata"]["name"]) for c in candidates)
+            return (
+                f"{resource} was served by class {used.get(request)}, not the newest {newest['metadata']['name']}"
+                f" {seen}"
+            )
     return None
 
 
@@ -90,6 +119,50 @@ def check_claim(c: Mapping[str, Any], ctx: ConditionContext) -> str | None:
     allocated = bool((claim.get("status") or {}).get("allocation"))
     if "allocated" in c and allocated != bool(c["allocated"]):
         return f"claim {c['claim']} is {'allocated' if allocated else 'not allocated'}"
+    results = ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or []
+    if "sameAttribute" in c:
+        attribute = str(c["sameAttribute"])
+        values = {f"{r['driver']}/{r['device']}": _device_attribute(ctx, r, attribute) for r in results}
+        if len(results) < 2 or None in values.values() or len(set(map(str, values.values()))) != 1:
+            return f"claim {c['claim']}: {attribute} per allocated device is {values or 'nothing allocated'}"
+    if "devices" in c and len(results) != int(c["devices"]):
+        return f"claim {c['claim']} has {len(results)} devices allocated, expected {c['devices']}"
+    if "attribute" in c:
+        attribute = str(c["attribute"])
+        values = {r["device"]: _device_attribute(ctx, r, attribute) for r in results}
+        if not results or any(v != c.get("equals") for v in values.values()):
+            return f"claim {c['claim']}: {attribute} of the allocated devices is {values}, expected {c.get('equals')!r}"
+    if "networkIn" in c:
+        return _check_network(claim, pod=str(c["networkIn"]), ctx=ctx)
+    return None
+
+
+def _device_attribute(ctx: ConditionContext, result: Mapping[str, Any], attribute: str) -> Any:
+    selector = f"spec.driver={result['driver']}"
+    for s in ctx.client.list(RESOURCE_SLICES, field_selector=selector):
+        if s["spec"]["pool"]["name"] != result["pool"]:
+            continue
+        for d in s["spec"].get("devices") or []:
+            if d["name"] == result["device"]:
+                attributes = d.get("attributes") or {}
+                # The driver's own domain is stored unqualified in slices.
+                value = attributes.get(attribute, attributes.get(attribute.removeprefix(f"{result['driver']}/")))
+                return None if value is None else next(iter(value.values()))
+    return None
+
+
+def _check_network(claim: JsonObj, *, pod: str, ctx: ConditionContext) -> str | None:
+    """What the driver reported in status.devices[].networkData is what the pod sees on its interface."""
+    entries = [d for d in (claim.get("status") or {}).get("devices") or [] if d.get("networkData")]
+    if not entries:
+        return f"claim {claim['metadata']['name']} reports no networkData"
+    text = ctx.logs(ctx.namespace, pod)
+    for e in entries:
+        data = e["networkData"]
+        wanted = [data.get("interfaceName", ""), data.get("hardwareAddress", ""), *data.get("ips", [])]
+        missing = [w for w in wanted if not w or w.lower() not in text.lower()]
+        if missing:
+            return f"pod {pod} does not show {missing} of {e['device']}'s networkData (printed {text[-300:]!r})"
     return None
 
 
@@ -159,6 +232,38 @@ def check_kubevirt(c: Mapping[str, Any], ctx: ConditionContext) -> str | None:
     return None if not failed else "; ".join(f"{f.rule}: {f.detail}" for f in failed)
 
 
+def check_field(c: Mapping[str, Any], ctx: ConditionContext) -> str | None:
+    """A field of any API object: ``field: <plural>/<name>``, ``path`` with ``[key=value]`` list filters, ``equals``
+    or ``min`` (node names from the scenario are mapped to real ones in filter values)."""
+    plural, _, name = str(c["field"]).partition("/")
+    res = next((r for r in KNOWN if r.plural == plural), None)
+    if res is None:
+        return f"unknown resource {plural!r}"
+    obj = ctx.client.get_or_none(res, name, namespace=ctx.namespace if res.namespaced else None)
+    if obj is None:
+        return f"{plural}/{name} does not exist"
+    value: Any = obj
+    for part in str(c.get("path", "")).split("."):
+        m = _SEGMENT.fullmatch(part)
+        if m is None or not isinstance(value, Mapping):
+            return f"{plural}/{name}: cannot follow {part!r} in {c.get('path')}"
+        value = value.get(m["key"])
+        if m["filter"]:
+            key, _, want = m["filter"].partition("=")
+            want = ctx.nodes.get(want, want)
+            value = next((v for v in value or [] if isinstance(v, Mapping) and str(v.get(key)) == want), None)
+        if value is None:
+            return f"{plural}/{name}: {c.get('path')} is not set (stopped at {part})"
+    if "equals" in c and value != c["equals"]:
+        return f"{plural}/{name}: {c['path']} is {value!r}, expected {c['equals']!r}"
+    if "min" in c and not (isinstance(value, int | float) and value >= c["min"]):
+        return f"{plural}/{name}: {c['path']} is {value!r}, expected at least {c['min']}"
+    return None
+
+
+_SEGMENT = re.compile(r"(?P<key>[A-Za-z0-9_-]+)(?:\[(?P<filter>[^\]=]+=[^\]]*)\])?")
+
+
 CHECKS: Mapping[str, Callable[[Mapping[str, Any], ConditionContext], str | None]] = {
     "pod": check_pod,
     "pods": check_pods,
@@ -166,6 +271,7 @@ CHECKS: Mapping[str, Callable[[Mapping[str, Any], ConditionContext], str | None]
     "slices": check_slices,
     "event": check_event,
     "kubevirt": check_kubevirt,
+    "field": check_field,
 }
 
 

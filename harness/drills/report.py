@@ -6,6 +6,7 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Final
 
+from harness.drills.requirements import Gate
 from harness.drills.runner import DrillResult, Sample
 from harness.reports import CaseResult
 
@@ -147,3 +148,21 @@ section.drill {{ border-top: 2px solid #eeeeee; padding-top: 8px; }}
 {"".join(sections)}
 </body></html>
 """
+
+
+def render_matrix(results: Sequence[DrillResult], *, gates: Mapping[str, Gate]) -> str:
+    """Markdown: feature × maturity (as this cluster reports its first gate) × drill × result."""
+    rows = ["| feature | maturity in 1.37 | feature gates | drill | result |", "|---|---|---|---|---|"]
+    for r in results:
+        s = r.scenario
+        if not s.feature:
+            continue
+        known = [gates[g] for g in s.requires.feature_gates if g in gates]
+        # A drill is as mature as the least mature gate it needs.
+        order = {"alpha": 0, "beta": 1, "GA": 2}
+        least = min((g.maturity for g in known), key=lambda m: order.get(m, -1), default="GA")
+        maturity = s.maturity or least
+        names = ", ".join(f"`{g}`" for g in s.requires.feature_gates) or "—"
+        result = r.outcome if r.outcome == "passed" else f"{r.outcome}: {r.message}"
+        rows.append(f"| {s.feature} | {maturity} | {names} | `{s.name}` | {result} |")
+    return "\n".join(rows) + "\n"

@@ -19,6 +19,7 @@ from typing import Any, Final, Protocol
 
 from harness.cluster.local import LocalCluster
 from harness.drills.conditions import ConditionContext, evaluate
+from harness.drills.requirements import api_served, cluster_gates, missing_requirements
 from harness.drills.scenario import Scenario, Step
 from harness.kube.manifests import apply_objects, load_manifests
 from kubeclient import ApiError, JsonObj, KubeClient
@@ -28,6 +29,7 @@ from kubeclient.resources import (
     NAMESPACES,
     PODS,
     RESOURCE_CLAIMS,
+    Resource,
     resource_for,
 )
 
@@ -112,6 +114,7 @@ class DrillRun:
     _t0: float = 0.0
     _stop: threading.Event = field(default_factory=threading.Event)
     _rules: list[str] = field(default_factory=list)
+    _cluster_objects: list[tuple[Resource, str]] = field(default_factory=list)
 
     # -- placeholders and manifests --------------------------------------------------------------------------------
 
@@ -226,7 +229,10 @@ class DrillRun:
         if step.kind == "apply":
             names = [body["apply"]] if isinstance(body["apply"], str) else list(body["apply"])
             for w in names:
-                apply_objects(self.client, self.objects(w), namespace=self.namespace)
+                for obj in apply_objects(self.client, self.objects(w), namespace=self.namespace):
+                    res = resource_for(api_version=obj["apiVersion"], kind=obj["kind"])
+                    if not res.namespaced:  # the namespace's deletion will not take these along
+                        self._cluster_objects.append((res, obj["metadata"]["name"]))
             return f"applied {', '.join(names)}"
         if step.kind == "delete":
             names = [body["delete"]] if isinstance(body["delete"], str) else list(body["delete"])
@@ -238,7 +244,7 @@ class DrillRun:
                     self.client.delete(res, obj["metadata"]["name"], namespace=ns, grace_seconds=grace)
             return f"deleted {', '.join(names)}"
         if step.kind == "assert":
-            seen = evaluate(body["assert"], self._context())
+            seen = evaluate(self._rendered(body["assert"]), self._context())
             if seen is not None:
                 raise StepFailed(seen)
             return "holds"
@@ -246,11 +252,15 @@ class DrillRun:
             return self._wait(step)
         return self._fault(step)
 
+    def _rendered(self, condition: Mapping[str, Any]) -> dict[str, Any]:
+        """Placeholders work in conditions too (names of cluster-scoped objects made per drill)."""
+        return {k: self.render(v) if isinstance(v, str) else v for k, v in condition.items()}
+
     def _wait(self, step: Step) -> str:
         deadline = time.monotonic() + step.timeout
         started = time.monotonic()
         while True:
-            seen = evaluate(step.body["wait"], self._context())
+            seen = evaluate(self._rendered(step.body["wait"]), self._context())
             if seen is None:
                 return f"after {time.monotonic() - started:.1f}s"
             if time.monotonic() >= deadline:
@@ -347,6 +357,9 @@ class DrillRun:
         for real in self.classes.values():
             with contextlib.suppress(Exception):
                 self.client.delete(DEVICE_CLASSES, real)
+        for res, name in self._cluster_objects:
+            with contextlib.suppress(Exception):
+                self.client.delete(res, name)
         with contextlib.suppress(Exception):
             self.client.delete(NAMESPACES, self.namespace)
 
@@ -370,6 +383,14 @@ def run_drills(
             results.append(r)
             progress(f"{scenario.name}: skipped ({r.message})")
             continue
+        lacking = _lacking(client, scenario)
+        if lacking:
+            r = DrillResult(
+                scenario=scenario, outcome="blocked", message="refused: the cluster lacks " + "; ".join(lacking)
+            )
+            results.append(r)
+            progress(f"{scenario.name}: {r.message}")
+            continue
         progress(f"{scenario.name}: {scenario.description or scenario.expect.splitlines()[0]}")
         run = DrillRun(scenario=scenario, client=client, env=env_factory(), cluster=cluster, progress=progress)
         result = run.run()
@@ -379,3 +400,17 @@ def run_drills(
             + (f" — {result.message}" if result.message else "")
         )
     return results
+
+
+def _lacking(client: KubeClient, scenario: Scenario) -> list[str]:
+    req = scenario.requires
+    if not req.feature_gates and not req.api_versions:
+        return []
+    try:
+        gates = cluster_gates(client) if req.feature_gates else {}
+        served = {v: api_served(client, v) for v in req.api_versions}
+    except ApiError as exc:
+        return [f"a readable API ({exc})"]
+    return missing_requirements(
+        gates=gates, served=served, feature_gates=req.feature_gates, api_versions=req.api_versions
+    )

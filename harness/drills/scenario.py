@@ -36,7 +36,7 @@ FAULTS: Final = (
     "nic-unplug",
     "nic-replug",
 )
-CONDITIONS: Final = ("pod", "pods", "claim", "slices", "event", "kubevirt")
+CONDITIONS: Final = ("pod", "pods", "claim", "slices", "event", "kubevirt", "field")
 STEP_KINDS: Final = ("apply", "delete", "wait", "assert", "fault", "recover")
 DEFAULT_TIMEOUT: Final = 60.0
 
@@ -73,12 +73,23 @@ class Step:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Requirements:
+    feature_gates: tuple[str, ...] = ()
+    api_versions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
 class Scenario:
     path: Path
     name: str
     description: str
     expect: str
     local_only: bool
+    feature: str
+    """The Kubernetes feature the drill exercises, for the feature matrix ("" for fault drills)."""
+    requires: Requirements
+    maturity: str
+    """The feature's maturity when no feature gate tells (e.g. a beta API without a gate); "" otherwise."""
     nodes: tuple[NodeSpec, ...]
     classes: tuple[ClassSpec, ...]
     workloads: Mapping[str, str]
@@ -195,6 +206,13 @@ def _step(n: _Node, index: int) -> Step:
                 "driver",
                 "scheduled",
                 "request",
+                "extendedClass",
+                "sameAttribute",
+                "networkIn",
+                "devices",
+                "attribute",
+                "path",
+                "equals",
             }
         )
         present = [c for c in CONDITIONS if c in cond]
@@ -217,7 +235,19 @@ def parse_scenario(text: str, *, source: str) -> Scenario:
     if root is None:
         raise ScenarioError(f"{source}:1: the file is empty")
     top = _Node(source, root, "").mapping(
-        allowed={"name", "description", "expect", "localOnly", "nodes", "classes", "workloads", "steps"},
+        allowed={
+            "name",
+            "description",
+            "expect",
+            "localOnly",
+            "feature",
+            "maturity",
+            "requires",
+            "nodes",
+            "classes",
+            "workloads",
+            "steps",
+        },
         required={"name", "expect", "nodes", "steps"},
     )
     nodes = []
@@ -268,11 +298,24 @@ def parse_scenario(text: str, *, source: str) -> Scenario:
         description=top["description"].string() if "description" in top else "",
         expect=top["expect"].string(),
         local_only=top["localOnly"].boolean() if "localOnly" in top else False,
+        feature=top["feature"].string() if "feature" in top else "",
+        maturity=top["maturity"].string() if "maturity" in top else "",
+        requires=_requirements(top["requires"]) if "requires" in top else Requirements(),
         nodes=tuple(nodes),
         classes=tuple(classes),
         workloads=workloads,
         steps=steps,
     )
+
+
+def _requirements(n: _Node) -> Requirements:
+    f = n.mapping(allowed={"featureGates", "apiVersions"})
+    gates = tuple(g.string() for g in f["featureGates"].sequence()) if "featureGates" in f else ()
+    versions = tuple(v.string() for v in f["apiVersions"].sequence()) if "apiVersions" in f else ()
+    for item, version in zip(f["apiVersions"].sequence() if "apiVersions" in f else [], versions, strict=True):
+        if version != "v1" and "/" not in version:
+            raise item.fail(f"{version!r} is not <group>/<version> (or v1)")
+    return Requirements(feature_gates=gates, api_versions=versions)
 
 
 def _keys(n: _Node) -> list[str]:

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from fakedev.cli.drill import DEFAULT_SET, shipped_scenario
+from fakedev.cli.drill import drill_set, shipped_scenario
 from fakedev.cli.drill_env import FakedevDrillEnvironment
+from harness.cluster.config import DRA_FEATURE_GATES, RUNTIME_CONFIG, ClusterSettings
 from harness.cluster.local import LocalCluster, local_cluster
 from harness.drills.report import render_html
 from harness.drills.runner import DrillResult, run_drills
@@ -34,7 +35,10 @@ def _run(cluster: LocalCluster, scenario: Scenario) -> DrillResult:
     return result
 
 
-@pytest.mark.parametrize("name", DEFAULT_SET, ids=DEFAULT_SET)
+ALL = drill_set("all")
+
+
+@pytest.mark.parametrize("name", ALL, ids=ALL)
 def test_shipped_drill_passes(local_cluster: LocalCluster, name: str) -> None:
     result = _run(local_cluster, load_scenario(shipped_scenario(name)))
     assert result.outcome == "passed", result.message
@@ -73,6 +77,8 @@ def _unreachable(cond: dict[str, object]) -> dict[str, object]:
         return {**cond, "log": f"{cond['log']} and something never printed"}
     if "slices" in cond:
         return {**cond, "min": 10_000} if "min" in cond or "count" in cond else {**cond, "tainted": not cond["tainted"]}
+    if "field" in cond:
+        return {**cond, "equals": -1}
     if "claim" in cond:
         return {**cond, "allocated": not cond.get("allocated", True)}
     if "pod" in cond:
@@ -80,7 +86,7 @@ def _unreachable(cond: dict[str, object]) -> dict[str, object]:
     return {**cond, "contains": "a message nobody writes"}
 
 
-@pytest.mark.parametrize("name", DEFAULT_SET, ids=DEFAULT_SET)
+@pytest.mark.parametrize("name", ALL, ids=ALL)
 def test_drill_fails_when_its_expectation_is_broken(local_cluster: LocalCluster, name: str) -> None:
     variant, target = broken_variant(load_scenario(shipped_scenario(name)))
     result = _run(local_cluster, variant)
@@ -167,13 +173,23 @@ def test_html_report_renders_in_headless_chromium(two_results: list[DrillResult]
 
 @pytest.fixture
 def second_cluster() -> Iterator[LocalCluster]:
-    """A control plane started separately from the worker's, as a stand-in for "any cluster"."""
-    with local_cluster(base=Path(tempfile.mkdtemp(prefix="fd-"))) as cluster:
+    """A control plane started separately from the worker's, as a stand-in for "any cluster": without the
+    DRAResourcePoolStatus gate (nor DRAPartitionableDevicesType) and without resource.k8s.io/v1alpha3."""
+    settings = ClusterSettings(
+        # DRAPartitionableDevicesType depends on DRAResourcePoolStatus: kube-apiserver refuses one without the other.
+        feature_gates={**DRA_FEATURE_GATES, "DRAResourcePoolStatus": False, "DRAPartitionableDevicesType": False},
+        runtime_config={k: v for k, v in RUNTIME_CONFIG.items() if k != "resource.k8s.io/v1alpha3"},
+        controllers=tuple(c for c in ClusterSettings().controllers if c != "resourcepoolstatusrequest-controller"),
+    )
+    with local_cluster(base=Path(tempfile.mkdtemp(prefix="fd-")), settings=settings) as cluster:
         yield cluster
 
 
 def test_drills_run_against_another_cluster_by_kubeconfig(second_cluster: LocalCluster, tmp_path: Path) -> None:
-    files = [str(shipped_scenario("extended-resource-migration")), str(shipped_scenario("apiserver-outage"))]
+    files = [
+        str(shipped_scenario(name))
+        for name in ("extended-resource-migration", "apiserver-outage", "matrix/resource-pool-status")
+    ]
     out = subprocess.run(
         [
             sys.executable,
@@ -191,7 +207,26 @@ def test_drills_run_against_another_cluster_by_kubeconfig(second_cluster: LocalC
         timeout=600,
         env={**os.environ},
     )
-    assert out.returncode == 0, out.stdout + out.stderr
+    # The pool-status drill checks the cluster and refuses: that is a failure of the run, with the reason.
+    assert out.returncode == 1, out.stdout + out.stderr
     assert "extended-resource-migration  PASSED" in out.stdout
     assert "apiserver-outage             SKIPPED" in out.stdout
+    assert "resource-pool-status         BLOCKED" in out.stdout
+    assert (
+        "refused: the cluster lacks feature gate DRAResourcePoolStatus (alpha, disabled); feature gate "
+        "DRAPartitionableDevicesType (alpha, disabled); API version resource.k8s.io/v1alpha3 (not served)"
+    ) in out.stdout
     assert (tmp_path / "report.html").exists() and (tmp_path / "junit.xml").exists()
+    assert "| `resource-pool-status` | blocked: refused" in (tmp_path / "matrix.md").read_text()
+
+
+def test_a_drill_needing_an_unknown_gate_is_refused(local_cluster: LocalCluster) -> None:
+    text = shipped_scenario("matrix/partitionable-full-vs-mig").read_text()
+    text = text.replace(
+        "featureGates: [DRAPartitionableDevices]", "featureGates: [DRAPartitionableDevices, DRATeleport]"
+    )
+    scenario = parse_scenario(text, source=str(shipped_scenario("matrix/partitionable-full-vs-mig")))
+    result = _run(local_cluster, scenario)
+    assert result.outcome == "blocked"
+    assert result.message == "refused: the cluster lacks feature gate DRATeleport (unknown to this kube-apiserver)"
+    assert result.steps == []

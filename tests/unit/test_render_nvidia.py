@@ -246,8 +246,20 @@ def test_partition_type_attribute_only_on_slices_with_counter_consumers() -> Non
     assert "partitionTypeAttribute" not in slices[0]["spec"]
     assert {s["spec"].get("partitionTypeAttribute") for s in slices[1:]} == {"fakedev.io/partitionType"}
     published = devices("hgx-h200")
-    assert published["gpu-0"]["attributes"]["fakedev.io/partitionType"] == {"string": "full"}
-    assert published["gpu-0-mig-1g18gb-19-2"]["attributes"]["fakedev.io/partitionType"] == {"string": "1g.18gb"}
+    assert published["gpu-0"]["attributes"]["fakedev.io/partitionType"] == {"string": "gpu-0/full"}
+    assert published["gpu-0-mig-1g18gb-19-2"]["attributes"]["fakedev.io/partitionType"] == {"string": "gpu-0/1g.18gb@2"}
+
+
+@pytest.mark.parametrize("profile", ["hgx-h200"])
+def test_devices_of_one_partition_type_consume_the_same_counters(profile: str) -> None:
+    """1.37's rule for partitionTypeAttribute (the pool-status controller reports PartitionCostMismatch otherwise)."""
+    costs: dict[str, set[str]] = {}
+    for device in devices(profile).values():
+        kind = device["attributes"].get("fakedev.io/partitionType")
+        if kind is not None and device.get("consumesCounters"):
+            counters = [(c["counterSet"], sorted(c["counters"].items())) for c in device["consumesCounters"]]
+            costs.setdefault(kind["string"], set()).add(repr(counters))
+    assert costs and all(len(c) == 1 for c in costs.values()), {k: len(v) for k, v in costs.items() if len(v) > 1}
 
 
 def test_lookup_returns_the_model_and_the_slice_attributes() -> None:
