@@ -14,7 +14,7 @@ from typing import Any
 from fakedev.cli.drill_env import FakedevDrillEnvironment
 from fakedev.logs import TextFormatter
 from harness.cluster.local import LocalCluster, local_cluster
-from harness.drills.report import as_cases, render_html, render_matrix
+from harness.drills.report import as_cases, drills_json, render_html, render_matrix
 from harness.drills.requirements import cluster_gates
 from harness.drills.runner import DrillResult, run_drills
 from harness.drills.scenario import Scenario, load_scenario
@@ -76,7 +76,7 @@ def add_parser(sub: Any) -> None:
         "--report-dir",
         type=Path,
         default=Path("build/drills"),
-        help="where report.html, junit.xml and results.json go (default: build/drills)",
+        help="where report.html, junit.xml, report.json and matrix.md go (default: build/drills)",
     )
     p.add_argument(
         "--set",
@@ -133,7 +133,7 @@ def run_scenarios(
         (report_dir / "matrix.md").write_text(render_matrix(results, gates=gates))
     (report_dir / "report.html").write_text(render_html(results, title=title))
     (report_dir / "junit.xml").write_text(render_junit(cases, suite="fakedev-drills"))
-    (report_dir / "report.json").write_text(render_json(cases, meta={"title": title}))
+    (report_dir / "report.json").write_text(render_json(cases, meta={"title": title, "drills": drills_json(results)}))
     print(render_console(cases, title=title))
     extra = ", matrix.md" if gates else ""
     print(f"HTML report: {report_dir / 'report.html'} (also junit.xml, report.json{extra}, drills.log)")

@@ -149,6 +149,7 @@ class ExampleGpu:
     model: str
     memory: str
     driver_version: str
+    shares: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -222,6 +223,7 @@ def resolve_inventory(profile: NodeProfile, *, node_name: str) -> NodeInventory:
                 model=profile.example.model,
                 memory=profile.example.memory,
                 driver_version=profile.example.driver_version,
+                shares=profile.example.shares,
             )
             for i in range(profile.example.count)
         )

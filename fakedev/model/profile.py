@@ -90,6 +90,9 @@ class ExampleSpec:
     model: str = "LATEST-GPU-MODEL"
     memory: str = "80Gi"
     driver_version: str = "1.0.0"
+    shares: str | None = None
+    """Smallest share of a device's ``compute`` capacity (e.g. "100m"): devices allow multiple allocations, each
+    claim consuming a multiple of it (1.37 consumable capacity with DRAFractionalCapacityRange). None: whole devices."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -467,13 +470,16 @@ def _software(at: _At | None) -> NvidiaSoftware:
 
 
 def _example(at: _At) -> ExampleSpec:
-    f = at.fields(known=("count", "model", "memory", "driverVersion"), required=("count",))
+    f = at.fields(known=("count", "model", "memory", "driverVersion", "shares"), required=("count",))
     spec = ExampleSpec(
         count=f["count"].integer(minimum=1, maximum=128),
         model=f["model"].string() if "model" in f else ExampleSpec.model,
         memory=f["memory"].string() if "memory" in f else ExampleSpec.memory,
         driver_version=f["driverVersion"].string() if "driverVersion" in f else ExampleSpec.driver_version,
+        shares=f["shares"].string() if "shares" in f else None,
     )
+    if spec.shares is not None and not re.match(r"^(0\.[0-9]{1,3}|[1-9][0-9]{0,2}m)$", spec.shares):
+        f["shares"].fail(f"{spec.shares!r} is not a share of one device such as 100m or 0.25 (at most 3 decimals)")
     if not _QUANTITY_RE.match(spec.memory):
         f["memory"].fail(f"{spec.memory!r} is not a quantity such as 80Gi")
     if len(spec.model) > 64:

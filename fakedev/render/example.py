@@ -31,6 +31,19 @@ def plan_example(
             },
             "capacity": {"memory": values.quantity(gpu.memory)},
         }
+        if gpu.shares is not None:
+            # Consumable capacity: many claims share the device, each taking a multiple of the smallest share of its
+            # compute; a request without an amount takes the whole device.
+            device["allowMultipleAllocations"] = True
+            # A capacity without a policy would be consumed whole by every share, so memory gets one too: 1Gi steps.
+            device["capacity"]["memory"] = {
+                "value": gpu.memory,
+                "requestPolicy": {"default": "1Gi", "validRange": {"min": "1Gi", "max": gpu.memory, "step": "1Gi"}},
+            }
+            device["capacity"]["compute"] = {
+                "value": "1",
+                "requestPolicy": {"default": "1", "validRange": {"min": gpu.shares, "max": "1", "step": gpu.shares}},
+            }
         if device["name"] in taints:
             device["taints"] = [t.copy() for t in taints[device["name"]]]
         devices.append(device)

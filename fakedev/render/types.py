@@ -14,8 +14,20 @@ class DeviceAttribute(TypedDict, total=False):
     version: str
 
 
+class CapacityRequestPolicyRange(TypedDict):
+    min: str
+    max: NotRequired[str]
+    step: NotRequired[str]
+
+
+class CapacityRequestPolicy(TypedDict):
+    default: str
+    validRange: NotRequired[CapacityRequestPolicyRange]
+
+
 class DeviceCapacity(TypedDict):
     value: str
+    requestPolicy: NotRequired[CapacityRequestPolicy]
 
 
 class Counter(TypedDict):
@@ -46,6 +58,7 @@ class Device(TypedDict):
     capacity: NotRequired[dict[str, DeviceCapacity]]
     consumesCounters: NotRequired[list[DeviceCounterConsumption]]
     taints: NotRequired[list[DeviceTaint]]
+    allowMultipleAllocations: NotRequired[bool]
 
 
 class ResourcePool(TypedDict):

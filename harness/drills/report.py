@@ -166,3 +166,34 @@ def render_matrix(results: Sequence[DrillResult], *, gates: Mapping[str, Gate]) 
         result = r.outcome if r.outcome == "passed" else f"{r.outcome}: {r.message}"
         rows.append(f"| {s.feature} | {maturity} | {names} | `{s.name}` | {result} |")
     return "\n".join(rows) + "\n"
+
+
+def drills_json(results: Sequence[DrillResult]) -> list[dict[str, object]]:
+    """Each drill as data: its steps with timings, the faults injected, and the sampled pod phases and health."""
+    return [
+        {
+            "name": r.scenario.name,
+            "feature": r.scenario.feature,
+            "expect": r.scenario.expect,
+            "outcome": r.outcome,
+            "message": r.message,
+            "seconds": r.seconds,
+            "nodes": dict(r.nodes),
+            "steps": [
+                {
+                    "index": st.index,
+                    "line": st.line,
+                    "kind": st.kind,
+                    "title": st.title,
+                    "outcome": st.outcome,
+                    "message": st.message,
+                    "start": st.start,
+                    "end": st.end,
+                }
+                for st in r.steps
+            ],
+            "faults": [{"t": t, "what": what} for t, what in r.faults],
+            "samples": [{"t": x.t, "pods": dict(x.pods), "devices": dict(x.devices)} for x in r.samples],
+        }
+        for r in results
+    ]

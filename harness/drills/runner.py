@@ -115,6 +115,8 @@ class DrillRun:
     _stop: threading.Event = field(default_factory=threading.Event)
     _rules: list[str] = field(default_factory=list)
     _cluster_objects: list[tuple[Resource, str]] = field(default_factory=list)
+    _stopped: list[str] = field(default_factory=list)
+    """Control-plane components a fault stopped and no step started again yet."""
 
     # -- placeholders and manifests --------------------------------------------------------------------------------
 
@@ -327,10 +329,13 @@ class DrillRun:
             raise StepFailed(f"{kind} needs the local control plane (this drill is localOnly)")
         name = "kube-apiserver" if kind.startswith("apiserver") else "etcd"
         if kind.endswith("-stop"):
+            self._stopped.append(name)
             self.cluster.stop_component(name, timeout=10)
             return f"{name} stopped"
         self.cluster.start_component(name)
         self.cluster.wait_ready(names=(name,), timeout=60)
+        if name in self._stopped:
+            self._stopped.remove(name)
         return f"{name} started and ready"
 
     # -- sampling and tear-down ------------------------------------------------------------------------------------
@@ -346,6 +351,14 @@ class DrillRun:
                 self.result.samples.append(Sample(t=self._now(), pods=pods, devices=self.env.device_health()))
 
     def teardown(self) -> None:
+        # A drill leaves the control plane as it found it, even when it failed before its recovery step.
+        for name in ("etcd", "kube-apiserver"):
+            if name in self._stopped and self.cluster is not None:
+                self.progress(f"  tear-down: starting {name} again (the drill left it stopped)")
+                with contextlib.suppress(Exception):
+                    self.cluster.start_component(name)
+                    self.cluster.wait_ready(names=(name,), timeout=60)
+                self._stopped.remove(name)
         with contextlib.suppress(Exception):
             for pod in self.client.list(PODS, namespace=self.namespace):
                 self.client.delete(PODS, pod["metadata"]["name"], namespace=self.namespace, grace_seconds=0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import html.parser
+import json
 import os
 import subprocess
 import sys
@@ -94,6 +95,8 @@ def test_drill_fails_when_its_expectation_is_broken(local_cluster: LocalCluster,
     assert result.outcome == "failed"
     assert result.message.startswith(f"step {target + 1} (line {step.line}) {step.title!r} failed: ")
     assert [s.outcome for s in result.steps][target:] == ["failed"] + ["skipped"] * (len(variant.steps) - target - 1)
+    # Whatever the drill broke, the cluster is whole again for the next test.
+    local_cluster.wait_ready(timeout=60)
 
 
 def test_scenario_errors_name_file_line_and_field(tmp_path: Path) -> None:
@@ -218,6 +221,10 @@ def test_drills_run_against_another_cluster_by_kubeconfig(second_cluster: LocalC
     ) in out.stdout
     assert (tmp_path / "report.html").exists() and (tmp_path / "junit.xml").exists()
     assert "| `resource-pool-status` | blocked: refused" in (tmp_path / "matrix.md").read_text()
+    report = json.loads((tmp_path / "report.json").read_text())
+    migration = next(d for d in report["drills"] if d["name"] == "extended-resource-migration")
+    assert migration["outcome"] == "passed" and migration["steps"] and migration["samples"]
+    assert all(st["outcome"] == "passed" and st["end"] >= st["start"] for st in migration["steps"])
 
 
 def test_a_drill_needing_an_unknown_gate_is_refused(local_cluster: LocalCluster) -> None:

@@ -34,13 +34,15 @@ KUBECTL = Path(sys.executable).parent / "kubectl"
 
 
 def _kubectl(cluster: LocalCluster, *args: str) -> str:
-    return subprocess.run(
+    done = subprocess.run(
         [str(KUBECTL), "--kubeconfig", str(cluster.kubeconfig), *args],
-        check=True,
+        check=False,
         capture_output=True,
         text=True,
         timeout=60,
-    ).stdout
+    )
+    assert done.returncode == 0, f"kubectl {' '.join(args)} failed: {done.stderr}"
+    return done.stdout
 
 
 def _example_slice(*, node: str, driver: str = "gpu.example.com", count: int = 2) -> JsonObj:
