@@ -90,6 +90,13 @@ class DriverApi:
                     raise _error(what, exc) from exc
         raise RetryableKubeError(f"{what}: still conflicting after {CONFLICT_RETRIES} attempts", status=CONFLICT)
 
+    def list_claims(self) -> list[JsonObj]:
+        """Every ResourceClaim in the cluster (a binding-condition driver watches allocations it must attach)."""
+        try:
+            return self.client.list(RESOURCE_CLAIMS)
+        except ApiError as exc:
+            raise _error("list resourceclaims", exc) from exc
+
     def node_owner(self) -> JsonObj | None:
         """An owner reference to our Node, so slices go away with it; None when the Node does not exist."""
         with _translated(f"GET node {self.node_name}"):

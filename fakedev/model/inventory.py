@@ -150,6 +150,8 @@ class ExampleGpu:
     memory: str
     driver_version: str
     shares: str | None = None
+    fabric_attach: str | None = None
+    """"ready" or "fails": attached through a fabric, usable only after the driver's binding condition."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -224,6 +226,7 @@ def resolve_inventory(profile: NodeProfile, *, node_name: str) -> NodeInventory:
                 memory=profile.example.memory,
                 driver_version=profile.example.driver_version,
                 shares=profile.example.shares,
+                fabric_attach=profile.example.fabric_attach[i] if i < len(profile.example.fabric_attach) else None,
             )
             for i in range(profile.example.count)
         )

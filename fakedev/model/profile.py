@@ -93,6 +93,9 @@ class ExampleSpec:
     shares: str | None = None
     """Smallest share of a device's ``compute`` capacity (e.g. "100m"): devices allow multiple allocations, each
     claim consuming a multiple of it (1.37 consumable capacity with DRAFractionalCapacityRange). None: whole devices."""
+    fabric_attach: tuple[str, ...] = ()
+    """Per device index, a fabric-attached device with binding conditions: "ready" (the driver reports it attached
+    once allocated) or "fails" (the driver reports the attachment failed). Devices past the list are local."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -470,14 +473,20 @@ def _software(at: _At | None) -> NvidiaSoftware:
 
 
 def _example(at: _At) -> ExampleSpec:
-    f = at.fields(known=("count", "model", "memory", "driverVersion", "shares"), required=("count",))
+    f = at.fields(known=("count", "model", "memory", "driverVersion", "shares", "fabricAttach"), required=("count",))
     spec = ExampleSpec(
         count=f["count"].integer(minimum=1, maximum=128),
         model=f["model"].string() if "model" in f else ExampleSpec.model,
         memory=f["memory"].string() if "memory" in f else ExampleSpec.memory,
         driver_version=f["driverVersion"].string() if "driverVersion" in f else ExampleSpec.driver_version,
         shares=f["shares"].string() if "shares" in f else None,
+        fabric_attach=tuple(i.string() for i in f["fabricAttach"].items()) if "fabricAttach" in f else (),
     )
+    for i, outcome in enumerate(spec.fabric_attach):
+        if outcome not in ("ready", "fails"):
+            f["fabricAttach"].fail(f"item {i}: {outcome!r} is not ready or fails")
+    if len(spec.fabric_attach) > spec.count:
+        f["fabricAttach"].fail(f"lists {len(spec.fabric_attach)} devices but count is {spec.count}")
     if spec.shares is not None and not re.match(r"^(0\.[0-9]{1,3}|[1-9][0-9]{0,2}m)$", spec.shares):
         f["shares"].fail(f"{spec.shares!r} is not a share of one device such as 100m or 0.25 (at most 3 decimals)")
     if not _QUANTITY_RE.match(spec.memory):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from fakedev.driver.binding import compute_binding_updates
 from fakedev.driver.core import SerializedDriver
 from fakedev.driver.state import ClaimState, StatePaths
 from fakedev.errors import FakedevError, KubeApiError, ProfileError
@@ -42,6 +43,7 @@ log = logging.getLogger("fakedev.plugin.app")
 DEFAULT_KUBELET_ROOT: Final = Path("/var/lib/kubelet")
 DEFAULT_CDI_DIR: Final = Path("/var/run/cdi")
 PUBLISH_RETRY_MAX: Final = 10.0
+BINDING_POLL_SECONDS: Final = 0.5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -191,10 +193,34 @@ class PluginApp:
             await self._discover_nics(s.nic_netns, data_dir / "sys")
         if s.fabric_netns is not None and self.schema == Schema.DRANET:
             self._watch_links(s.fabric_netns)
+        fabric = {f"gpu-{g.index}": g.fabric_attach for g in self.inventory.example_gpus if g.fabric_attach is not None}
+        if api is not None and fabric and self.schema == Schema.EXAMPLE:
+            self._tasks.append(asyncio.create_task(self._binding_loop(api, fabric), name="binding"))
         if api is not None and s.publish:
             self.publisher = SlicePublisher(api=api, render=self._render)
             self._republish.set()
             self._tasks.append(asyncio.create_task(self._publish_loop(), name="publish"))
+
+    async def _binding_loop(self, api: DriverApi, outcomes: dict[str, str]) -> None:
+        """Report fabric attachment of allocated devices, as a driver's controller would (polling is cheap here)."""
+        while True:
+            try:
+                claims = await asyncio.to_thread(api.list_claims)
+                for u in compute_binding_updates(
+                    claims, driver=self.driver, pool=self.settings.node_name, outcomes=outcomes
+                ):
+                    await asyncio.to_thread(
+                        api.apply_claim_status, namespace=u.namespace, name=u.name, uid=u.uid, devices=list(u.devices)
+                    )
+                    log.info(
+                        "binding condition reported",
+                        extra={
+                            "fields": {"claim": f"{u.namespace}/{u.name}", "devices": [d["device"] for d in u.devices]}
+                        },
+                    )
+            except KubeApiError as exc:
+                log.info("binding conditions not reported yet", extra={"fields": {"reason": str(exc)}})
+            await asyncio.sleep(BINDING_POLL_SECONDS)
 
     async def _publish_loop(self) -> None:
         assert self.publisher is not None

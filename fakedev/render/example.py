@@ -13,6 +13,8 @@ from fakedev.render.published import DeviceRef, PublishedDevice, Schema
 from fakedev.render.types import Device, DeviceTaint
 
 DRIVER: Final = Schema.EXAMPLE.driver
+FABRIC_ATTACHED: Final = "FabricAttached"
+FABRIC_ATTACH_FAILED: Final = "FabricAttachFailed"
 
 
 def plan_example(
@@ -44,6 +46,10 @@ def plan_example(
                 "value": "1",
                 "requestPolicy": {"default": "1", "validRange": {"min": gpu.shares, "max": "1", "step": gpu.shares}},
             }
+        if gpu.fabric_attach is not None:
+            # The scheduler holds the pod in PreBind until the driver reports the attachment in the claim status.
+            device["bindingConditions"] = [FABRIC_ATTACHED]
+            device["bindingFailureConditions"] = [FABRIC_ATTACH_FAILED]
         if device["name"] in taints:
             device["taints"] = [t.copy() for t in taints[device["name"]]]
         devices.append(device)

@@ -59,6 +59,8 @@ class Device(TypedDict):
     consumesCounters: NotRequired[list[DeviceCounterConsumption]]
     taints: NotRequired[list[DeviceTaint]]
     allowMultipleAllocations: NotRequired[bool]
+    bindingConditions: NotRequired[list[str]]
+    bindingFailureConditions: NotRequired[list[str]]
 
 
 class ResourcePool(TypedDict):

@@ -134,6 +134,17 @@ BAD = {
         "gpus[0].mig",
         "drop `mig`",
     ),
+    "bad-shares": ("example: {count: 1, shares: half}", "example.shares", "is not a share of one device"),
+    "bad-fabric-attach": (
+        "example: {count: 2, fabricAttach: [ready, maybe]}",
+        "example.fabricAttach",
+        "item 1: 'maybe' is not ready or fails",
+    ),
+    "fabric-attach-too-long": (
+        "example: {count: 1, fabricAttach: [ready, fails]}",
+        "example.fabricAttach",
+        "lists 2 devices but count is 1",
+    ),
     "passthrough-and-mig": (
         'gpus: [{product: h100-sxm5-80gb, root: "pci0000:50", passthrough: true, mig: {mode: dynamic}}]',
         "gpus[0].passthrough",
