@@ -28,10 +28,11 @@ from fakedev.driver.fsutil import atomic_write
 from fakedev.errors import ClaimError, KubeApiError
 from fakedev.kube import DriverApi
 from fakedev.model.identity import mig_uuid
-from fakedev.model.inventory import MigDevice, NicPf, NicVf, VgpuDevice, VirtualNic
+from fakedev.model.inventory import ExampleGpu, MigDevice, NicPf, NicVf, VgpuDevice, VirtualNic
 from fakedev.nics import host as nic_host
 from fakedev.nics.plan import NicAssignment, compute_assignment
 from fakedev.nics.ports import ifname_of
+from fakedev.render.example import FABRIC_ATTACHED
 from fakedev.render.published import PublishedDevice
 from kubeletapi.types import ClaimRef, PreparedDevice, PrepareResult
 
@@ -133,7 +134,10 @@ class ClaimState:
             namespace=plan.namespace,
             name=plan.name,
             uid=plan.uid,
-            devices=[_status_entry(self.driver, d, nics.get(d.device)) for d in plan.devices],
+            devices=[
+                _status_entry(self.driver, d, nics.get(d.device), attached=_fabric_attached(p.model))
+                for d, p in zip(plan.devices, published, strict=True)
+            ],
         )
         record["statusApplied"] = True
         self.claims[ref.uid] = record
@@ -401,16 +405,34 @@ def nic_assignment(nic: NicRecord) -> NicAssignment:
     )
 
 
-def _status_entry(driver: str, device: AllocatedDevice, nic: NicRecord | None) -> dict[str, Any]:
+def _fabric_attached(model: object) -> bool:
+    return isinstance(model, ExampleGpu) and model.fabric_attach == "ready"
+
+
+def _status_entry(driver: str, device: AllocatedDevice, nic: NicRecord | None, *, attached: bool) -> dict[str, Any]:
     now = _now()
     conditions = [
+        # The binding verdict stays in the entry the driver owns (server-side apply replaces the entry's list).
+        *(
+            [
+                {
+                    "type": FABRIC_ATTACHED,
+                    "status": "True",
+                    "reason": "Attached",
+                    "lastTransitionTime": now,
+                    "message": f"{device.device} attached to the node through the fabric",
+                }
+            ]
+            if attached
+            else []
+        ),
         {
             "type": "Ready",
             "status": "True",
             "reason": READY_REASON,
             "lastTransitionTime": now,
             "message": "prepared by fakedev",
-        }
+        },
     ]
     entry: dict[str, Any] = {"driver": driver, "pool": device.pool, "device": device.device, "conditions": conditions}
     if nic is not None:

@@ -129,6 +129,10 @@ class NodeEmulator:
     def name(self) -> str:
         return self.settings.name
 
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
     def rootfs_for(self, image: str) -> Path:
         """The rootfs template for a container image (a local image's program added to busybox)."""
         if image not in LOCAL_IMAGES:

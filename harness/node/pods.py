@@ -100,7 +100,9 @@ class PodWorker:
 
     async def run(self) -> None:
         try:
-            while True:
+            # Also watch the node's stopping flag: Python 3.11's wait_for can swallow a cancellation that arrives as
+            # its inner wait completes, and a worker retrying unprepare against a gone driver would then never end.
+            while not self.node.stopping:
                 if self.gone or self.pod["metadata"].get("deletionTimestamp"):
                     await self._terminate()
                     return
@@ -348,6 +350,8 @@ class PodWorker:
     async def _terminate(self) -> None:
         """The kubelet's part of deletion: stop, unprepare until it succeeds, then remove the pod object."""
         while not await self._cleanup():
+            if self.node.stopping:
+                return  # the next start resumes from the checkpoint, as after a kubelet restart
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changed.wait(), POLL_SECONDS)
             self.changed.clear()
