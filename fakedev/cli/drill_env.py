@@ -7,10 +7,8 @@ socket), which only the command-line package may do.
 from __future__ import annotations
 
 import contextlib
-import json
 import shutil
 import signal
-import socket
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +18,7 @@ from fakedev.cli.node import plugin_command
 from fakedev.model.inventory import resolve_inventory
 from fakedev.nics import hardware
 from fakedev.nics.node import NodeNics, install_node_nics
+from fakedev.plugin.control import call_control
 from fakedev.plugin.paths import PluginPaths
 from fakedev.profiles import load_profile
 from fakedev.render import Schema, default_schemas
@@ -191,17 +190,7 @@ class FakedevDrillEnvironment:
         if emulator is None:
             raise StepFailed(f"node {node.logical} is down")
         path = PluginPaths(kubelet_root=emulator.paths.kubelet_root, driver=driver).control_socket
-        with socket.socket(socket.AF_UNIX) as s:
-            s.settimeout(timeout)
-            s.connect(str(path))
-            s.sendall(json.dumps(request).encode() + b"\n")
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-        answer = json.loads(data)
+        answer = call_control(path, request, timeout=timeout)
         if not answer.get("ok"):
             raise StepFailed(f"{driver} refused {request['op']}: {answer.get('error')}")
         return answer

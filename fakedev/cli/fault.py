@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import sys
 from pathlib import Path
 from typing import Any
 
 from fakedev.plugin.app import DEFAULT_KUBELET_ROOT
+from fakedev.plugin.control import call_control
 from fakedev.plugin.paths import PluginPaths
 
 DESCRIPTION = """\
@@ -71,21 +71,10 @@ def add_parser(sub: Any) -> None:
 
 
 def control_request(path: Path, request: dict[str, Any], *, timeout: float = 10.0) -> dict[str, Any]:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(timeout)
-        try:
-            s.connect(str(path))
-        except OSError as exc:
-            raise SystemExit(f"fakedev fault: cannot reach {path}: {exc.strerror or exc}") from exc
-        s.sendall(json.dumps(request).encode() + b"\n")
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    answer: dict[str, Any] = json.loads(data)
-    return answer
+    try:
+        return call_control(path, request, timeout=timeout)
+    except OSError as exc:
+        raise SystemExit(f"fakedev fault: cannot reach {path}: {exc.strerror or exc}") from exc
 
 
 def _nic(args: argparse.Namespace) -> int:

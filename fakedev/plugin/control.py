@@ -18,7 +18,8 @@ import datetime
 import json
 import logging
 import re
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -126,3 +127,19 @@ class ControlServer:
             self._server.close()
             await self._server.wait_closed()
         self.path.unlink(missing_ok=True)
+
+
+def call_control(path: Path, request: Mapping[str, Any], *, timeout: float = 10.0) -> dict[str, Any]:
+    """One JSON-lines request to a plugin's control socket, and its answer (OSError when it cannot be reached)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(str(path))
+        s.sendall(json.dumps(request).encode() + b"\n")
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    answer: dict[str, Any] = json.loads(data)
+    return answer

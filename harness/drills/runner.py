@@ -180,27 +180,15 @@ class DrillRun:
         for step in self.scenario.steps:
             start = self._now()
             if failed:
-                result.steps.append(
-                    StepResult(
-                        index=step.index,
-                        line=step.line,
-                        kind=step.kind,
-                        title=step.title,
-                        outcome="skipped",
-                        message="not reached",
-                        start=start,
-                        end=start,
-                    )
-                )
-                continue
-            self.progress(f"  step {step.index + 1}: {step.title}")
-            try:
-                message = self._do(step)
-                outcome = "passed"
-            except (StepFailed, ApiError) as exc:
-                outcome, message, failed = "failed", str(exc), True
-                result.outcome = "failed"
-                result.message = f"step {step.index + 1} (line {step.line}) {step.title!r} failed: {exc}"
+                outcome, message = "skipped", "not reached"
+            else:
+                self.progress(f"  step {step.index + 1}: {step.title}")
+                try:
+                    outcome, message = "passed", self._do(step)
+                except (StepFailed, ApiError) as exc:
+                    outcome, message, failed = "failed", str(exc), True
+                    result.outcome = "failed"
+                    result.message = f"step {step.index + 1} (line {step.line}) {step.title!r} failed: {exc}"
             result.steps.append(
                 StepResult(
                     index=step.index,
@@ -210,7 +198,7 @@ class DrillRun:
                     outcome=outcome,
                     message=message,
                     start=start,
-                    end=self._now(),
+                    end=start if outcome == "skipped" else self._now(),
                 )
             )
 
