@@ -28,6 +28,7 @@ from harness.errors import ComponentError
 RUN_ENV: Final = "FAKEDEV_RUN_ID"
 RUN_PREFIX: Final = "fakedev-"
 _LOCK_NAME: Final = "owner.lock"
+YOUNG_RUN_SECONDS: Final = 30.0
 
 Cleaner = Callable[[str, Path], None]
 """Removes whatever a subsystem created for a dead run, given its id and its run directory."""
@@ -82,9 +83,15 @@ def _run_id_of(path: Path) -> str:
 
 def owner_alive(path: Path) -> bool:
     lock_path = path / _LOCK_NAME
-    if not lock_path.exists():
-        return False
-    with lock_path.open("rb") as f:
+    try:
+        f = lock_path.open("rb")
+    except FileNotFoundError:
+        # A run directory is made moments before its lock: a young one without a lock is still being set up.
+        try:
+            return time.time() - path.stat().st_mtime < YOUNG_RUN_SECONDS
+        except FileNotFoundError:
+            return False
+    with f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -126,7 +133,7 @@ def reap(*, base: Path | None = None, cleaners: Sequence[Cleaner] = ()) -> list[
     reaped = []
     for path in sorted(root.glob(f"{RUN_PREFIX}*")):
         if not path.is_dir() or owner_alive(path):
-            continue
+            continue  # (a directory removed meanwhile is neither: owner_alive says False, rmtree ignores it)
         run_id = _run_id_of(path)
         kill_run_processes(run_id)
         for cleaner in cleaners:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from pathlib import Path
 from typing import Final
@@ -28,11 +29,29 @@ def _namespaces(run_id: str, _: Path) -> None:
 CLEANERS: tuple[procs.Cleaner, ...] = (_containers, _namespaces)
 
 
+def _candidates(base: Path, run_id: str) -> list[Path]:
+    """Run directories of ``run_id`` under ``base`` and its fd-* directories; other processes create and remove
+    those concurrently, so a directory vanishing mid-scan is normal."""
+    found: list[Path] = []
+    for parent in [base, *_subdirs(base, prefix="fd-")]:
+        found += [p for p in _subdirs(parent, prefix="fakedev-") if p.name.endswith(f"-{run_id}")]
+    return found
+
+
+def _subdirs(directory: Path, *, prefix: str) -> list[Path]:
+    try:
+        with os.scandir(directory) as entries:
+            return [Path(e.path) for e in entries if e.name.startswith(prefix) and e.is_dir(follow_symlinks=False)]
+    except FileNotFoundError:
+        return []
+
+
 def _run_alive(run_id: str, *, bases: list[Path]) -> bool:
     for base in bases:
-        for path in [*base.glob(f"fakedev-*-{run_id}"), *base.glob(f"fd-*/fakedev-*-{run_id}")]:
-            if path.is_dir() and procs.owner_alive(path):
-                return True
+        for path in _candidates(base, run_id):
+            with contextlib.suppress(FileNotFoundError):
+                if procs.owner_alive(path):
+                    return True
     return bool(procs.tagged_pids(run_id))
 
 

@@ -62,6 +62,10 @@ RESOURCE_POOL_STATUS_REQUESTS: Final = Resource(
     namespaced=False,
 )
 
+POD_GROUPS: Final = Resource(
+    group="scheduling.k8s.io", version="v1beta1", plural="podgroups", kind="PodGroup", namespaced=True
+)
+
 KNOWN: Final = (
     NAMESPACES,
     NODES,
@@ -74,6 +78,7 @@ KNOWN: Final = (
     RESOURCE_SLICES,
     DEVICE_TAINT_RULES,
     RESOURCE_POOL_STATUS_REQUESTS,
+    POD_GROUPS,
 )
 
 

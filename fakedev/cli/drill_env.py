@@ -22,7 +22,7 @@ from fakedev.plugin.control import call_control
 from fakedev.plugin.paths import PluginPaths
 from fakedev.profiles import load_profile
 from fakedev.render import Schema, default_schemas
-from harness.cluster.nodes import delete_node
+from harness.cluster.nodes import DEFAULT_CAPACITY, delete_node
 from harness.drills.runner import StepFailed
 from harness.drills.scenario import Scenario, Step
 from harness.kube.waits import wait_list
@@ -86,6 +86,7 @@ class FakedevDrillEnvironment:
                 slice_wipe_grace=spec.wipe_grace,
                 rootfs_cache=self.base / "cache",
                 node_netns=node_netns,
+                capacity={**DEFAULT_CAPACITY, "pods": str(spec.max_pods)} if spec.max_pods else None,
             )
             node = EmulatedNode(
                 logical=spec.name,

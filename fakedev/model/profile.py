@@ -94,6 +94,9 @@ class ExampleSpec:
     """Smallest share of a device's ``compute`` capacity (e.g. "100m"): devices allow multiple allocations, each
     claim consuming a multiple of it (1.37 consumable capacity with DRAFractionalCapacityRange). None: whole devices."""
     fabric_attach: tuple[str, ...] = ()
+    skip_node_operations: tuple[str, ...] = ()
+    """1.37 alpha: node operations the kubelet skips for these devices (NodePrepareResources needs
+    NodeUnprepareResources too; "*" is all)."""
     """Per device index, a fabric-attached device with binding conditions: "ready" (the driver reports it attached
     once allocated) or "fails" (the driver reports the attachment failed). Devices past the list are local."""
 
@@ -473,7 +476,10 @@ def _software(at: _At | None) -> NvidiaSoftware:
 
 
 def _example(at: _At) -> ExampleSpec:
-    f = at.fields(known=("count", "model", "memory", "driverVersion", "shares", "fabricAttach"), required=("count",))
+    f = at.fields(
+        known=("count", "model", "memory", "driverVersion", "shares", "fabricAttach", "skipNodeOperations"),
+        required=("count",),
+    )
     spec = ExampleSpec(
         count=f["count"].integer(minimum=1, maximum=128),
         model=f["model"].string() if "model" in f else ExampleSpec.model,
@@ -481,7 +487,15 @@ def _example(at: _At) -> ExampleSpec:
         driver_version=f["driverVersion"].string() if "driverVersion" in f else ExampleSpec.driver_version,
         shares=f["shares"].string() if "shares" in f else None,
         fabric_attach=tuple(i.string() for i in f["fabricAttach"].items()) if "fabricAttach" in f else (),
+        skip_node_operations=tuple(i.string() for i in f["skipNodeOperations"].items())
+        if "skipNodeOperations" in f
+        else (),
     )
+    ops = set(spec.skip_node_operations)
+    if not ops <= {"NodePrepareResources", "NodeUnprepareResources", "*"}:
+        f["skipNodeOperations"].fail("known values are NodePrepareResources, NodeUnprepareResources and *")
+    if "NodePrepareResources" in ops and not ops & {"NodeUnprepareResources", "*"}:
+        f["skipNodeOperations"].fail("NodePrepareResources may only be skipped together with NodeUnprepareResources")
     for i, outcome in enumerate(spec.fabric_attach):
         if outcome not in ("ready", "fails"):
             f["fabricAttach"].fail(f"item {i}: {outcome!r} is not ready or fails")

@@ -61,4 +61,11 @@ def plan_example(
                 model=gpu,
             )
         )
-    return PoolPlan(driver=DRIVER, pool=inventory.node_name, device_groups=(tuple(devices),)), published
+    example = inventory.profile.example
+    plan = PoolPlan(
+        driver=DRIVER,
+        pool=inventory.node_name,
+        device_groups=(tuple(devices),),
+        skip_node_operations=example.skip_node_operations if example is not None else (),
+    )
+    return plan, published

@@ -32,6 +32,7 @@ class PoolPlan:
     counter_sets: tuple[CounterSet, ...] = ()
     device_groups: tuple[tuple[Device, ...], ...] = ()
     partition_type_attribute: str | None = None
+    skip_node_operations: tuple[str, ...] = ()
 
 
 def _needs_small_slice(device: Device) -> bool:
@@ -68,6 +69,8 @@ def build_slices(
             # The API accepts the attribute only on slices whose devices consume counters.
             if plan.partition_type_attribute and any(d.get("consumesCounters") for d in chunk):
                 spec["partitionTypeAttribute"] = plan.partition_type_attribute
+            if plan.skip_node_operations:
+                spec["skipNodeOperations"] = list(plan.skip_node_operations)
             specs.append(spec)
     slices: list[ResourceSlice] = []
     for index, spec in enumerate(specs):

@@ -76,6 +76,7 @@ class ResourceSliceSpec(TypedDict):
     devices: NotRequired[list[Device]]
     sharedCounters: NotRequired[list[CounterSet]]
     partitionTypeAttribute: NotRequired[str]  # 1.37 alpha, gate DRAPartitionableDevicesType
+    skipNodeOperations: NotRequired[list[str]]  # 1.37 alpha, gate DRAOptionalNodeOperations
 
 
 class OwnerReference(TypedDict):

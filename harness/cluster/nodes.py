@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -50,7 +50,9 @@ def render_node(*, name: str, labels: Mapping[str, str]) -> JsonObj:
     }
 
 
-def render_node_status(*, name: str, capacity: Mapping[str, str], now: datetime.datetime) -> JsonObj:
+def render_node_status(
+    *, name: str, capacity: Mapping[str, str], now: datetime.datetime, declared_features: Sequence[str] = ()
+) -> JsonObj:
     stamp = _rfc3339(now)
 
     def condition(kind: str, status: str, reason: str, message: str) -> dict[str, Any]:
@@ -63,8 +65,10 @@ def render_node_status(*, name: str, capacity: Mapping[str, str], now: datetime.
             "lastTransitionTime": stamp,
         }
 
+    extra: dict[str, Any] = {"declaredFeatures": sorted(declared_features)} if declared_features else {}
     return {
         "status": {
+            **extra,
             "capacity": dict(capacity),
             "allocatable": dict(capacity),
             "conditions": [
@@ -97,8 +101,10 @@ def register_node(
     name: str,
     labels: Mapping[str, str] | None = None,
     capacity: Mapping[str, str] | None = None,
+    declared_features: Sequence[str] = (),
 ) -> JsonObj:
-    """Create (or adopt) the Node, mark it Ready with capacity, and take its Lease."""
+    """Create (or adopt) the Node, mark it Ready with capacity (and the node features it declares, which the
+    scheduler checks before using devices that need them), and take its Lease."""
     node = client.get_or_none(NODES, name)
     if node is None:
         try:
@@ -106,7 +112,9 @@ def register_node(
         except ApiError as exc:
             if exc.status != 409:
                 raise
-    status = render_node_status(name=name, capacity=capacity or DEFAULT_CAPACITY, now=_now())
+    status = render_node_status(
+        name=name, capacity=capacity or DEFAULT_CAPACITY, now=_now(), declared_features=declared_features
+    )
     node = client.patch(NODES, name, status, subresource="status", patch_type="strategic")
     renew_lease(client, name=name)
     return node

@@ -253,7 +253,12 @@ def check_field(c: Mapping[str, Any], ctx: ConditionContext) -> str | None:
             want = ctx.nodes.get(want, want)
             value = next((v for v in value or [] if isinstance(v, Mapping) and str(v.get(key)) == want), None)
         if value is None:
-            return f"{plural}/{name}: {c.get('path')} is not set (stopped at {part})"
+            return None if c.get("absent") else f"{plural}/{name}: {c.get('path')} is not set (stopped at {part})"
+    if c.get("absent"):
+        return f"{plural}/{name}: {c['path']} is set ({value!r}), expected it absent"
+    if "length" in c and (not isinstance(value, list) or len(value) != int(c["length"])):
+        count = len(value) if isinstance(value, list) else "no"
+        return f"{plural}/{name}: {c['path']} has {count} items, expected {c['length']}"
     if "equals" in c and value != c["equals"]:
         return f"{plural}/{name}: {c['path']} is {value!r}, expected {c['equals']!r}"
     if "min" in c and not (isinstance(value, int | float) and value >= c["min"]):

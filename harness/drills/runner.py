@@ -133,7 +133,15 @@ class DrillRun:
         return _PLACEHOLDER.sub(sub, text)
 
     def objects(self, workload: str) -> list[JsonObj]:
-        return load_manifests(self.render(self.scenario.workloads[workload]), source=f"workload {workload}")
+        text = self.render(self.scenario.workloads[workload])
+        copies = self.scenario.replicas.get(workload)
+        if copies is None:
+            return load_manifests(text, source=f"workload {workload}")
+        return [
+            obj
+            for i in range(copies)
+            for obj in load_manifests(text.replace("{{replica}}", str(i)), source=f"workload {workload}[{i}]")
+        ]
 
     # -- the run ---------------------------------------------------------------------------------------------------
 

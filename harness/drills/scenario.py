@@ -52,6 +52,8 @@ class NodeSpec:
     drivers: tuple[str, ...] = ()
     """Schemas to run (nvidia, dranet, example); empty: every schema the profile has devices for."""
     wipe_grace: float = 30.0
+    max_pods: int | None = None
+    """The Node's pod capacity (default 250, as the emulator registers nodes)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +95,8 @@ class Scenario:
     nodes: tuple[NodeSpec, ...]
     classes: tuple[ClassSpec, ...]
     workloads: Mapping[str, str]
+    replicas: Mapping[str, int] = field(default_factory=dict)
+    """Workload name → how many copies its manifests make (``{{replica}}`` is the copy's number)."""
     steps: tuple[Step, ...] = field(default=())
 
 
@@ -213,6 +217,7 @@ def _step(n: _Node, index: int) -> Step:
                 "attribute",
                 "path",
                 "equals",
+                "length",
             }
         )
         present = [c for c in CONDITIONS if c in cond]
@@ -252,7 +257,7 @@ def parse_scenario(text: str, *, source: str) -> Scenario:
     )
     nodes = []
     for n in top["nodes"].sequence():
-        f = n.mapping(allowed={"name", "profile", "drivers", "wipeGrace"}, required={"name", "profile"})
+        f = n.mapping(allowed={"name", "profile", "drivers", "wipeGrace", "maxPods"}, required={"name", "profile"})
         drivers = tuple(d.string() for d in f["drivers"].sequence()) if "drivers" in f else ()
         for d in drivers:
             if d not in ("nvidia", "dranet", "example"):
@@ -263,6 +268,7 @@ def parse_scenario(text: str, *, source: str) -> Scenario:
                 profile=f["profile"].string(),
                 drivers=drivers,
                 wipe_grace=f["wipeGrace"].number() if "wipeGrace" in f else 30.0,
+                max_pods=int(f["maxPods"].number()) if "maxPods" in f else None,
             )
         )
     classes = []
@@ -276,13 +282,23 @@ def parse_scenario(text: str, *, source: str) -> Scenario:
             )
         )
     workloads: dict[str, str] = {}
+    replicas: dict[str, int] = {}
     if "workloads" in top:
         for name, w in top["workloads"].mapping(allowed=set(_keys(top["workloads"]))).items():
-            workloads[name] = w.string()
+            text_at = w
+            if isinstance(w.node, yaml.MappingNode):
+                # {replicas: N, manifests: |...}: the manifests N times, {{replica}} numbering each copy.
+                f = w.mapping(allowed={"replicas", "manifests"}, required={"replicas", "manifests"})
+                count = f["replicas"].number()
+                if count != int(count) or not 1 <= count <= 5000:
+                    raise f["replicas"].fail("must be a whole number from 1 to 5000")
+                replicas[name] = int(count)
+                text_at = f["manifests"]
+            workloads[name] = text_at.string()
             try:
-                list(yaml.safe_load_all(w.string()))
+                list(yaml.safe_load_all(text_at.string()))
             except yaml.YAMLError as exc:
-                raise w.fail(f"is not valid YAML: {exc}") from exc
+                raise text_at.fail(f"is not valid YAML: {exc}") from exc
     steps = tuple(_step(s, i) for i, s in enumerate(top["steps"].sequence()))
     node_names = {n.name for n in nodes}
     for s in steps:
@@ -304,6 +320,7 @@ def parse_scenario(text: str, *, source: str) -> Scenario:
         nodes=tuple(nodes),
         classes=tuple(classes),
         workloads=workloads,
+        replicas=replicas,
         steps=steps,
     )
 

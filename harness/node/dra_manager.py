@@ -50,6 +50,8 @@ class ClaimInfo:
     pod_uids: set[str] = field(default_factory=set)
     devices: dict[str, list[PreparedDevice]] = field(default_factory=dict)
     """driver → devices, for every driver already prepared."""
+    skip: dict[str, list[str]] = field(default_factory=dict)
+    """driver → the node operations (gRPC calls) skipped for it (1.37 alpha skipNodeOperations)."""
 
     @property
     def ref(self) -> ClaimRef:
@@ -70,6 +72,7 @@ class ClaimInfo:
             "drivers": self.drivers,
             "podUIDs": sorted(self.pod_uids),
             "devices": {drv: [_device_json(d) for d in devs] for drv, devs in self.devices.items()},
+            "skip": self.skip,
         }
 
     @classmethod
@@ -81,6 +84,7 @@ class ClaimInfo:
             drivers=list(doc["drivers"]),
             pod_uids=set(doc["podUIDs"]),
             devices={drv: [_device_from_json(d) for d in devs] for drv, devs in doc["devices"].items()},
+            skip={drv: list(ops) for drv, ops in (doc.get("skip") or {}).items()},
         )
 
 
@@ -102,6 +106,33 @@ def _device_from_json(doc: Mapping[str, Any]) -> PreparedDevice:
         cdi_device_ids=tuple(doc["cdiDeviceIDs"]),
         share_id=doc.get("shareID"),
     )
+
+
+def is_reserved_for(reserved: Sequence[Mapping[str, Any]], *, pod_uid: str, pod_group: str | None) -> bool:
+    """The pod may use the claim: it is reserved for the pod, or (1.37 beta DRAWorkloadResourceClaims) for the
+    PodGroup the pod belongs to — one entry for the whole group, however many pods it has."""
+    for r in reserved:
+        if r.get("uid") == pod_uid and r.get("resource", "pods") == "pods":
+            return True
+        if pod_group and r.get("resource") == "podgroups" and r.get("name") == pod_group:
+            return True
+    return False
+
+
+PREPARE: Final = "NodePrepareResources"
+UNPREPARE: Final = "NodeUnprepareResources"
+
+
+def compute_skipped_operations(results: Sequence[Mapping[str, Any]], *, driver: str) -> frozenset[str]:
+    """The calls skipped for ``driver`` in a claim: those every one of its allocated devices skips ("*" is both;
+    unknown values are ignored, as the API asks of the kubelet)."""
+    sets = []
+    for r in results:
+        if r.get("driver") != driver:
+            continue
+        ops = set(r.get("skipNodeOperations") or ())
+        sets.append({PREPARE, UNPREPARE} if "*" in ops else ops & {PREPARE, UNPREPARE})
+    return frozenset(set.intersection(*sets)) if sets else frozenset()
 
 
 def render_checkpoint(claims: Mapping[str, ClaimInfo]) -> bytes:
@@ -171,8 +202,9 @@ class DraManager:
             if pc.claim_name is None:
                 raise PrepareError(f"the ResourceClaim for pod claim {pc.pod_claim_name!r} was not created yet")
             claim = await self._get_claim(namespace, pc.claim_name)
-            infos.append(self._claim_info(claim, pod_uid=pod_uid))
-        for driver in sorted({d for info in infos for d in info.drivers}):
+            group = ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
+            infos.append(self._claim_info(claim, pod_uid=pod_uid, pod_group=group))
+        for driver in sorted({d for info in infos for d in info.drivers if PREPARE not in info.skip.get(d, ())}):
             if self.plugins.instance_for(driver) is None:
                 raise PrepareError(f"DRA driver {driver} is not registered on node {self.node_name}")
         for info in infos:
@@ -182,6 +214,9 @@ class DraManager:
             pending = [
                 self.claims[i.uid] for i in infos if driver in i.drivers and driver not in self.claims[i.uid].devices
             ]
+            for info in [i for i in pending if PREPARE in i.skip.get(driver, ())]:
+                info.devices[driver] = []  # every device of this driver says the call is not needed
+            pending = [i for i in pending if PREPARE not in i.skip.get(driver, ())]
             if pending:
                 await self._prepare_batch(driver, pending)
         self._save()
@@ -193,11 +228,13 @@ class DraManager:
         except ApiError as exc:
             raise PrepareError(f"cannot get ResourceClaim {namespace}/{name}: {exc}") from exc
 
-    def _claim_info(self, claim: Mapping[str, Any], *, pod_uid: str) -> ClaimInfo:
+    def _claim_info(self, claim: Mapping[str, Any], *, pod_uid: str, pod_group: str | None = None) -> ClaimInfo:
         meta, status = claim["metadata"], claim.get("status") or {}
-        reserved = {r.get("uid") for r in status.get("reservedFor") or []}
-        if pod_uid not in reserved:
-            raise PrepareError(f"pod is not in status.reservedFor of ResourceClaim {meta['namespace']}/{meta['name']}")
+        if not is_reserved_for(status.get("reservedFor") or [], pod_uid=pod_uid, pod_group=pod_group):
+            raise PrepareError(
+                f"neither the pod nor its PodGroup is in status.reservedFor of ResourceClaim "
+                f"{meta['namespace']}/{meta['name']}"
+            )
         allocation = status.get("allocation")
         if not allocation:
             raise PrepareError(f"ResourceClaim {meta['namespace']}/{meta['name']} is not allocated")
@@ -205,12 +242,9 @@ class DraManager:
         if known is not None:
             return known
         results = (allocation.get("devices") or {}).get("results") or []
-        return ClaimInfo(
-            uid=meta["uid"],
-            namespace=meta["namespace"],
-            name=meta["name"],
-            drivers=sorted({r["driver"] for r in results}),
-        )
+        drivers = sorted({r["driver"] for r in results})
+        skip = {d: sorted(ops) for d in drivers if (ops := compute_skipped_operations(results, driver=d))}
+        return ClaimInfo(uid=meta["uid"], namespace=meta["namespace"], name=meta["name"], drivers=drivers, skip=skip)
 
     async def _prepare_batch(self, driver: str, infos: Sequence[ClaimInfo]) -> None:
         inst = self.plugins.instance_for(driver)
@@ -242,7 +276,11 @@ class DraManager:
             orphans = [c for c in self.claims.values() if not c.pod_uids]
             for driver in sorted({d for c in orphans for d in c.devices}):
                 batch = [c for c in orphans if driver in c.devices]
-                await self._unprepare_batch(driver, batch)
+                for c in [c for c in batch if UNPREPARE in c.skip.get(driver, ())]:
+                    c.devices.pop(driver, None)
+                batch = [c for c in batch if UNPREPARE not in c.skip.get(driver, ())]
+                if batch:
+                    await self._unprepare_batch(driver, batch)
             for c in orphans:
                 if not c.devices:
                     del self.claims[c.uid]

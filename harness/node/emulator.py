@@ -40,6 +40,8 @@ log = logging.getLogger("harness.node")
 
 SLICE_WIPE_GRACE: Final = 30.0
 STOP_SECONDS: Final = 30.0
+DECLARED_FEATURES: Final = ("DRAOptionalNodeOperations",)
+"""Node features this emulator implements, declared in Node.status.declaredFeatures as a 1.37 kubelet does."""
 WATCH_SECONDS: Final = 30
 
 
@@ -163,7 +165,14 @@ class NodeEmulator:
             self.dra.forget_prepared()
             boot.write_text(os.urandom(8).hex() + "\n")
         self._loop = asyncio.get_running_loop()
-        await asyncio.to_thread(register_node, self.client, name=s.name, labels=s.labels, capacity=s.capacity)
+        await asyncio.to_thread(
+            register_node,
+            self.client,
+            name=s.name,
+            labels=s.labels,
+            capacity=s.capacity,
+            declared_features=DECLARED_FEATURES,
+        )
         if self.heartbeats is None:
             self.heartbeats = NodeHeartbeats(client=self.client)
             self.heartbeats.start()

@@ -46,3 +46,19 @@ def test_nothing_owed_once_reported_or_for_other_devices() -> None:
     other_pool["status"]["allocation"]["devices"]["results"][0]["pool"] = "n2"
     unallocated = {"metadata": {"namespace": "ns", "name": "d", "uid": "u"}, "status": {}}
     assert _updates([_claim("a", "gpu-0", reported=[done]), other_pool, _claim("e", "gpu-7"), unallocated]) == []
+
+
+def test_skipped_node_operations_need_every_device_of_the_driver() -> None:
+    from harness.node.dra_manager import compute_skipped_operations
+
+    def result(driver: str, skip: list[str] | None) -> dict[str, Any]:
+        return {"driver": driver, "device": "d", "pool": "p", **({"skipNodeOperations": skip} if skip else {})}
+
+    both = {"NodePrepareResources", "NodeUnprepareResources"}
+    assert compute_skipped_operations([result("a", ["*"])], driver="a") == both
+    assert compute_skipped_operations([result("a", ["*"]), result("a", ["NodeUnprepareResources"])], driver="a") == {
+        "NodeUnprepareResources"
+    }
+    assert compute_skipped_operations([result("a", ["*"]), result("a", None)], driver="a") == frozenset()
+    assert compute_skipped_operations([result("a", ["*", "SomethingNew"]), result("b", None)], driver="a") == both
+    assert compute_skipped_operations([result("b", ["*"])], driver="a") == frozenset()

@@ -145,6 +145,11 @@ BAD = {
         "example.fabricAttach",
         "lists 2 devices but count is 1",
     ),
+    "skip-prepare-alone": (
+        "example: {count: 1, skipNodeOperations: [NodePrepareResources]}",
+        "example.skipNodeOperations",
+        "only be skipped together with NodeUnprepareResources",
+    ),
     "passthrough-and-mig": (
         'gpus: [{product: h100-sxm5-80gb, root: "pci0000:50", passthrough: true, mig: {mode: dynamic}}]',
         "gpus[0].passthrough",
