@@ -24,7 +24,7 @@ from fakedev.profiles import load_profile
 from fakedev.render import Schema, default_schemas
 from harness.cluster.nodes import DEFAULT_CAPACITY, delete_node
 from harness.drills.runner import StepFailed
-from harness.drills.scenario import Scenario, Step
+from harness.drills.scenario import NodeSpec, Scenario, Step
 from harness.kube.waits import wait_list
 from harness.node.background import BackgroundLoop, BackgroundNode
 from harness.node.drivers import DriverContext, DriverProcess, template_driver
@@ -86,7 +86,7 @@ class FakedevDrillEnvironment:
                 slice_wipe_grace=spec.wipe_grace,
                 rootfs_cache=self.base / "cache",
                 node_netns=node_netns,
-                capacity={**DEFAULT_CAPACITY, "pods": str(spec.max_pods)} if spec.max_pods else None,
+                capacity=_capacity(spec),
             )
             node = EmulatedNode(
                 logical=spec.name,
@@ -295,3 +295,15 @@ class FakedevDrillEnvironment:
         for driver in node.drivers:
             self.loop.call(emulator.plugins.wait_registered(driver, timeout=30), timeout=40)
         return f"{node.logical} rebooted: containers, sandboxes and CDI specs gone; drivers registered again"
+
+
+def _capacity(spec: NodeSpec) -> dict[str, str] | None:
+    """The Node's capacity when the scenario changes it (pods, memory), else the emulator's default."""
+    if spec.max_pods is None and spec.memory is None:
+        return None
+    capacity = dict(DEFAULT_CAPACITY)
+    if spec.max_pods is not None:
+        capacity["pods"] = str(spec.max_pods)
+    if spec.memory is not None:
+        capacity["memory"] = spec.memory
+    return capacity

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Final, NoReturn
 
@@ -95,6 +95,8 @@ class ExampleSpec:
     claim consuming a multiple of it (1.37 consumable capacity with DRAFractionalCapacityRange). None: whole devices."""
     fabric_attach: tuple[str, ...] = ()
     skip_node_operations: tuple[str, ...] = ()
+    host_memory_per_pod: str | None = None
+    """1.37 alpha: node memory each pod using a device costs besides the device (nodeAllocatableResources overhead)."""
     """1.37 alpha: node operations the kubelet skips for these devices (NodePrepareResources needs
     NodeUnprepareResources too; "*" is all)."""
     """Per device index, a fabric-attached device with binding conditions: "ready" (the driver reports it attached
@@ -477,7 +479,16 @@ def _software(at: _At | None) -> NvidiaSoftware:
 
 def _example(at: _At) -> ExampleSpec:
     f = at.fields(
-        known=("count", "model", "memory", "driverVersion", "shares", "fabricAttach", "skipNodeOperations"),
+        known=(
+            "count",
+            "model",
+            "memory",
+            "driverVersion",
+            "shares",
+            "fabricAttach",
+            "skipNodeOperations",
+            "hostMemoryPerPod",
+        ),
         required=("count",),
     )
     spec = ExampleSpec(
@@ -491,6 +502,10 @@ def _example(at: _At) -> ExampleSpec:
         if "skipNodeOperations" in f
         else (),
     )
+    if "hostMemoryPerPod" in f:
+        spec = replace(spec, host_memory_per_pod=f["hostMemoryPerPod"].string())
+        if not _QUANTITY_RE.match(spec.host_memory_per_pod or ""):
+            f["hostMemoryPerPod"].fail(f"{spec.host_memory_per_pod!r} is not a quantity such as 16Gi")
     ops = set(spec.skip_node_operations)
     if not ops <= {"NodePrepareResources", "NodeUnprepareResources", "*"}:
         f["skipNodeOperations"].fail("known values are NodePrepareResources, NodeUnprepareResources and *")

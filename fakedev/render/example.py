@@ -46,6 +46,10 @@ def plan_example(
                 "value": "1",
                 "requestPolicy": {"default": "1", "validRange": {"min": gpu.shares, "max": "1", "step": gpu.shares}},
             }
+        host_memory = inventory.profile.example.host_memory_per_pod if inventory.profile.example else None
+        if host_memory is not None:
+            # Each pod using the device also costs node memory (pinned host buffers): the scheduler accounts it.
+            device["nodeAllocatableResources"] = {"memory": {"overhead": {"perPod": host_memory}}}
         if gpu.fabric_attach is not None:
             # The scheduler holds the pod in PreBind until the driver reports the attachment in the claim status.
             device["bindingConditions"] = [FABRIC_ATTACHED]

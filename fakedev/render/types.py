@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 
 class DeviceAttribute(TypedDict, total=False):
@@ -61,6 +61,7 @@ class Device(TypedDict):
     allowMultipleAllocations: NotRequired[bool]
     bindingConditions: NotRequired[list[str]]
     bindingFailureConditions: NotRequired[list[str]]
+    nodeAllocatableResources: NotRequired[dict[str, Any]]  # 1.37 alpha, gate DRANodeAllocatableResources
 
 
 class ResourcePool(TypedDict):

@@ -54,6 +54,8 @@ class NodeSpec:
     wipe_grace: float = 30.0
     max_pods: int | None = None
     """The Node's pod capacity (default 250, as the emulator registers nodes)."""
+    memory: str | None = None
+    """The Node's memory capacity (default 512Gi)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -257,7 +259,9 @@ def parse_scenario(text: str, *, source: str) -> Scenario:
     )
     nodes = []
     for n in top["nodes"].sequence():
-        f = n.mapping(allowed={"name", "profile", "drivers", "wipeGrace", "maxPods"}, required={"name", "profile"})
+        f = n.mapping(
+            allowed={"name", "profile", "drivers", "wipeGrace", "maxPods", "memory"}, required={"name", "profile"}
+        )
         drivers = tuple(d.string() for d in f["drivers"].sequence()) if "drivers" in f else ()
         for d in drivers:
             if d not in ("nvidia", "dranet", "example"):
@@ -269,6 +273,7 @@ def parse_scenario(text: str, *, source: str) -> Scenario:
                 drivers=drivers,
                 wipe_grace=f["wipeGrace"].number() if "wipeGrace" in f else 30.0,
                 max_pods=int(f["maxPods"].number()) if "maxPods" in f else None,
+                memory=f["memory"].string() if "memory" in f else None,
             )
         )
     classes = []

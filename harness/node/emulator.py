@@ -40,8 +40,10 @@ log = logging.getLogger("harness.node")
 
 SLICE_WIPE_GRACE: Final = 30.0
 STOP_SECONDS: Final = 30.0
-DECLARED_FEATURES: Final = ("DRAOptionalNodeOperations",)
-"""Node features this emulator implements, declared in Node.status.declaredFeatures as a 1.37 kubelet does."""
+DECLARED_FEATURES: Final = ("DRANodeAllocatableResources", "DRAOptionalNodeOperations")
+"""Node features declared in Node.status.declaredFeatures, as a 1.37 kubelet does. The emulator skips optional node
+operations; it enforces no cgroups at all, so for node-allocatable resources the scheduler's accounting is what it
+lets drills exercise (kube-apiserver refuses such slices from nodes that do not declare the feature)."""
 WATCH_SECONDS: Final = 30
 
 
