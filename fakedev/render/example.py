@@ -22,6 +22,8 @@ def plan_example(
 ) -> tuple[PoolPlan, list[PublishedDevice]]:
     devices: list[Device] = []
     published: list[PublishedDevice] = []
+    example = inventory.profile.example
+    host_memory = example.host_memory_per_pod if example is not None else None
     for gpu in inventory.example_gpus:
         device: Device = {
             "name": f"gpu-{gpu.index}",
@@ -46,7 +48,6 @@ def plan_example(
                 "value": "1",
                 "requestPolicy": {"default": "1", "validRange": {"min": gpu.shares, "max": "1", "step": gpu.shares}},
             }
-        host_memory = inventory.profile.example.host_memory_per_pod if inventory.profile.example else None
         if host_memory is not None:
             # Each pod using the device also costs node memory (pinned host buffers): the scheduler accounts it.
             device["nodeAllocatableResources"] = {"memory": {"overhead": {"perPod": host_memory}}}
@@ -65,7 +66,6 @@ def plan_example(
                 model=gpu,
             )
         )
-    example = inventory.profile.example
     plan = PoolPlan(
         driver=DRIVER,
         pool=inventory.node_name,

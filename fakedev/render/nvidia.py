@@ -72,7 +72,7 @@ def plan_nvidia(
         groups.append(tuple(device for device, _ in entries))
         published += [entry for _, entry in entries]
     for passthrough in inventory.passthrough_gpus:
-        device, entry = _vfio(passthrough, software=software, pool=inventory.node_name)
+        device, entry = _vfio(passthrough, pool=inventory.node_name)
         if device["name"] in taints:
             device["taints"] = [t.copy() for t in taints[device["name"]]]
         groups.append((device,))
@@ -87,9 +87,9 @@ def plan_nvidia(
     return plan, published
 
 
-def _vfio(gpu: PassthroughGpu, *, software: NvidiaSoftware, pool: str) -> tuple[Device, PublishedDevice]:
-    """A GPU bound to vfio-pci: what a VM needs to know (PCI identity and place), nothing the host driver reports."""
-    del software  # the host's NVIDIA driver does not own it, so no driver or CUDA version applies
+def _vfio(gpu: PassthroughGpu, *, pool: str) -> tuple[Device, PublishedDevice]:
+    """A GPU bound to vfio-pci: what a VM needs to know (PCI identity and place), nothing the host driver reports
+    (no driver or CUDA version: the host's NVIDIA driver does not own it)."""
     product = gpu.product
     attributes: dict[str, DeviceAttribute] = {
         "type": values.string("vfio"),

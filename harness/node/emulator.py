@@ -120,6 +120,7 @@ class NodeEmulator:
     dra: DraManager = field(init=False)
     runtime: Runc = field(init=False)
     rootfs_template: Path = field(init=False)
+    _images: dict[str, Path] = field(default_factory=dict)
     workers: dict[str, PodWorker] = field(default_factory=dict)
     health: dict[tuple[str, str, str], DeviceHealth] = field(default_factory=dict)
     wiped: list[tuple[float, str]] = field(default_factory=list)
@@ -141,7 +142,12 @@ class NodeEmulator:
         """The rootfs template for a container image (a local image's program added to busybox)."""
         if image not in LOCAL_IMAGES:
             return self.rootfs_template
-        return ensure_image(image, cache_root=self.settings.rootfs_cache or self.paths.root / "cache")
+        # Once per image and emulator: checking the cache hashes busybox and the program's sources.
+        if image not in self._images:
+            self._images[image] = ensure_image(
+                image, cache_root=self.settings.rootfs_cache or self.paths.root / "cache"
+            )
+        return self._images[image]
 
     # -- life cycle ----------------------------------------------------------------------------------------------
 

@@ -103,6 +103,17 @@ def test_reaper_leaves_live_runs_alone(tmp_path: Path) -> None:
         live.remove()
 
 
+def test_reaper_spares_a_run_directory_still_being_set_up(tmp_path: Path) -> None:
+    """A run directory exists for a moment before its owner locks it; only an old lock-less one is abandoned."""
+    young = tmp_path / "fakedev-probe-0young0"
+    old = tmp_path / "fakedev-probe-00old000"
+    young.mkdir()
+    old.mkdir()
+    os.utime(old, (0, 0))
+    assert reap(base=tmp_path) == ["00old000"]
+    assert young.exists() and not old.exists()
+
+
 def test_up_without_built_binaries_says_how_to_build(tmp_path: Path) -> None:
     env = {**os.environ, "FAKEDEV_CACHE": str(tmp_path / "empty-cache")}
     result = _fakedev("cluster", "up", "--name", "nobin", "--state-dir", str(tmp_path / "s"), env=env)
