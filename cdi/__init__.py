@@ -43,7 +43,7 @@ from cdi.version import (
     compute_required_version,
     with_minimum_version,
 )
-from cdi.writer import remove_spec, remove_specs_with_prefix, render_spec_text, write_spec
+from cdi.writer import remove_spec, remove_specs_with_prefix, render_spec_text, sync_dir, write_spec
 
 __all__ = [
     "KNOWN_VERSIONS",
@@ -96,6 +96,7 @@ __all__ = [
     "render_spec_text",
     "scan_spec_dirs",
     "stat_host_device",
+    "sync_dir",
     "validate_class_name",
     "validate_device_name",
     "validate_kind",

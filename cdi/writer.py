@@ -64,8 +64,8 @@ def _temp_owner(name: str) -> str | None:
     return owner if dot and owner else None
 
 
-def _fsync_dir(directory: Path) -> None:
-    """Make renames and unlinks in ``directory`` durable."""
+def sync_dir(directory: Path) -> None:
+    """Make renames and unlinks in ``directory`` durable (what ``sync=False`` callers do once for many files)."""
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
         try:
@@ -76,8 +76,14 @@ def _fsync_dir(directory: Path) -> None:
         raise WriteError(f"cannot fsync CDI directory {directory}: {exc}") from exc
 
 
-def write_spec(*, spec: Spec, cdi_dir: Path, file_name: str, before_rename: BeforeRename | None = None) -> Path:
-    """Validate ``spec`` and write it atomically as ``cdi_dir/file_name`` (mode 0644); returns the path written."""
+def write_spec(
+    *, spec: Spec, cdi_dir: Path, file_name: str, before_rename: BeforeRename | None = None, sync: bool = True
+) -> Path:
+    """Validate ``spec`` and write it atomically as ``cdi_dir/file_name`` (mode 0644); returns the path written.
+
+    ``sync=False`` leaves the directory fsync to the caller (:func:`sync_dir`), who writes several files and makes
+    them durable together; the file's own data is always fsynced before the rename.
+    """
     target = _target(cdi_dir=cdi_dir, file_name=file_name)
     if target.suffix not in SPEC_SUFFIXES:
         raise WriteError(f"spec file name {file_name!r} must end in .json or .yaml, or runtimes will not read it")
@@ -104,7 +110,8 @@ def write_spec(*, spec: Spec, cdi_dir: Path, file_name: str, before_rename: Befo
     except BaseException:
         _discard(temp)
         raise
-    _fsync_dir(cdi_dir)
+    if sync:
+        sync_dir(cdi_dir)
     return target
 
 
@@ -132,19 +139,21 @@ def _list_names(cdi_dir: Path) -> list[str]:
         raise WriteError(f"cannot list CDI directory {cdi_dir}: {exc}") from exc
 
 
-def remove_spec(*, cdi_dir: Path, file_name: str) -> bool:
+def remove_spec(*, cdi_dir: Path, file_name: str, sync: bool = True) -> bool:
     """Remove ``cdi_dir/file_name`` and temp files a crashed write of it left; False if it was already gone."""
     target = _target(cdi_dir=cdi_dir, file_name=file_name)
     removed = _unlink(target)
     for name in _list_names(cdi_dir):
         if _temp_owner(name) == file_name:
             _unlink(cdi_dir / name)
-    if removed:
-        _fsync_dir(cdi_dir)
+    if removed and sync:
+        sync_dir(cdi_dir)
     return removed
 
 
-def remove_specs_with_prefix(*, cdi_dir: Path, prefix: str, suffix: str = ".json") -> tuple[Path, ...]:
+def remove_specs_with_prefix(
+    *, cdi_dir: Path, prefix: str, suffix: str = ".json", sync: bool = True
+) -> tuple[Path, ...]:
     """Remove every ``<prefix>*<suffix>`` spec file (and its write leftovers); returns the spec files removed.
 
     The prefix is matched literally (no glob characters), so it can come from IDs without escaping.
@@ -157,6 +166,6 @@ def remove_specs_with_prefix(*, cdi_dir: Path, prefix: str, suffix: str = ".json
             _unlink(cdi_dir / name)
         elif name.startswith(prefix) and name.endswith(suffix) and _unlink(cdi_dir / name):
             removed.append(cdi_dir / name)
-    if removed:
-        _fsync_dir(cdi_dir)
+    if removed and sync:
+        sync_dir(cdi_dir)
     return tuple(removed)

@@ -5,6 +5,7 @@ This is the only module that reads profile files; parsing and validation live in
 
 from __future__ import annotations
 
+import functools
 from importlib import resources
 from pathlib import Path
 from typing import Final
@@ -37,5 +38,11 @@ def load_profile(name_or_path: str | Path) -> NodeProfile:
             f"{text}: <name>: no built-in profile of that name "
             f"(built-in: {', '.join(builtin_profile_names())}; or give a path to a YAML file)"
         )
-    resource = resources.files(_PACKAGE) / f"{text}{_SUFFIX}"
-    return parse_profile(resource.read_text(encoding="utf-8"), source=f"{text}{_SUFFIX}")
+    return _builtin_profile(text)
+
+
+@functools.cache
+def _builtin_profile(name: str) -> NodeProfile:
+    """Parsed once per process: a fleet of emulated nodes would otherwise parse the same YAML per node."""
+    resource = resources.files(_PACKAGE) / f"{name}{_SUFFIX}"
+    return parse_profile(resource.read_text(encoding="utf-8"), source=f"{name}{_SUFFIX}")

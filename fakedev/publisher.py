@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from fakedev.kube import DriverApi
 from kubeclient import JsonObj
@@ -37,9 +36,12 @@ class SlicePublisher:
     render: RenderSlices
     generation: int = 0
     published: int = 0
+    synced: bool = False
+    """The API has matched the model at least once (set at the end of a sync)."""
 
     def sync(self) -> list[JsonObj]:
-        """Create, update and delete slices until the API matches the model; returns the slices now stored."""
+        """Create, update and delete slices until the API matches the model; returns the slices now stored (as
+        listed when unchanged, as sent otherwise)."""
         owner = self.api.node_owner()
         existing = {s["metadata"]["name"]: s for s in self.api.list_slices()}
         stored_generation = max((int(s["spec"]["pool"].get("generation", 0)) for s in existing.values()), default=0)
@@ -48,6 +50,7 @@ class SlicePublisher:
         unchanged = names == set(existing) and all(_same(s, existing[s["metadata"]["name"]]) for s in desired)
         if unchanged:
             self.generation = max(self.generation, stored_generation, 1)
+            self.synced = True
             return list(existing.values())
         self.generation = max(self.generation, stored_generation) + 1
         desired = self.render(self.generation, owner)
@@ -55,16 +58,18 @@ class SlicePublisher:
         for body in desired:
             current = existing.get(body["metadata"]["name"])
             if current is None:
-                stored.append(self.api.create_slice(body))
+                self.api.create_slice(body)
             else:
-                update: dict[str, Any] = {
+                body = {
                     **body,
                     "metadata": {**body["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]},
                 }
-                stored.append(self.api.replace_slice(update))
+                self.api.replace_slice(body)
+            stored.append(body)
         for name in set(existing) - names:
             self.api.delete_slice(name)
         self.published += 1
+        self.synced = True
         log.info("published slices", extra={"fields": {"slices": len(stored), "generation": self.generation}})
         return stored
 

@@ -90,14 +90,16 @@ class KubeClient:
         timeout: float = 30.0,
         field_manager: str = FIELD_MANAGER,
         user_agent: str = "fakedev",
+        connections: int = 8,
     ):
+        """``connections``: kept-alive connections per server; a client shared by many threads wants one each."""
         self.credentials = credentials
         self.field_manager = field_manager
         self._timeout = timeout
         self._base = credentials.server.rstrip("/")
         self._pool = urllib3.PoolManager(
             num_pools=4,
-            maxsize=8,
+            maxsize=connections,
             cert_reqs="CERT_NONE" if credentials.insecure else "CERT_REQUIRED",
             ca_certs=str(credentials.ca_file) if credentials.ca_file else None,
             cert_file=str(credentials.cert_file) if credentials.cert_file else None,
@@ -123,7 +125,10 @@ class KubeClient:
         content_type: str = "application/json",
         query: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        decode: bool = True,
     ) -> JsonObj:
+        """``decode=False``: a successful answer's body is not parsed and ``{}`` is returned (large objects the
+        caller does not read back, such as the ResourceSlices a fleet of nodes publishes)."""
         url = self._base + path
         if query:
             url += "?" + urllib.parse.urlencode(query)
@@ -139,6 +144,8 @@ class KubeClient:
         except urllib3.exceptions.HTTPError as exc:
             raise ApiUnavailableError(f"{method} {path}: API server unreachable: {exc}") from exc
         payload: JsonObj = {}
+        if not decode and resp.status < 400:
+            return payload
         if resp.data:
             try:
                 payload = json.loads(resp.data)
@@ -185,14 +192,22 @@ class KubeClient:
         items: list[JsonObj] = self.request("GET", res.path(namespace=namespace), query=query).get("items") or []
         return items
 
-    def create(self, res: Resource, body: JsonObj, *, namespace: str | None = None) -> JsonObj:
-        return self.request("POST", res.path(namespace=namespace), body=body)
+    def create(self, res: Resource, body: JsonObj, *, namespace: str | None = None, decode: bool = True) -> JsonObj:
+        return self.request("POST", res.path(namespace=namespace), body=body, decode=decode)
 
     def replace(
-        self, res: Resource, body: JsonObj, *, namespace: str | None = None, subresource: str | None = None
+        self,
+        res: Resource,
+        body: JsonObj,
+        *,
+        namespace: str | None = None,
+        subresource: str | None = None,
+        decode: bool = True,
     ) -> JsonObj:
         name = body["metadata"]["name"]
-        return self.request("PUT", res.path(namespace=namespace, name=name, subresource=subresource), body=body)
+        return self.request(
+            "PUT", res.path(namespace=namespace, name=name, subresource=subresource), body=body, decode=decode
+        )
 
     def patch(
         self,

@@ -7,8 +7,10 @@ import tempfile
 from pathlib import Path
 
 
-def atomic_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
-    """Replace ``path`` with ``data`` so a crash leaves either the old or the new file, never a torn one."""
+def atomic_write(path: Path, data: bytes, *, mode: int = 0o644, sync: bool = True) -> None:
+    """Replace ``path`` with ``data`` so a crash leaves either the old or the new file, never a torn one.
+
+    ``sync=False``: the caller fsyncs the directory once after several writes (:func:`fsync_dir`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     tmp = Path(tmp_name)
@@ -22,7 +24,8 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    fsync_dir(path.parent)
+    if sync:
+        fsync_dir(path.parent)
 
 
 def fsync_dir(directory: Path) -> None:

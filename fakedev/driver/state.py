@@ -14,6 +14,7 @@ import os
 import shutil
 import stat
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -24,7 +25,7 @@ from fakedev.driver import cdi_edits, metadata
 from fakedev.driver.checkpoint import Checkpoint, ClaimRecord, DeviceRecord, NicRecord
 from fakedev.driver.claims import AllocatedDevice, ClaimPlan, check_claim_ref, compute_claim_plan, configs_for
 from fakedev.driver.config import GPU_KINDS, NIC_KINDS, DeviceConfig, merge_configs, parse_config
-from fakedev.driver.fsutil import atomic_write
+from fakedev.driver.fsutil import atomic_write, fsync_dir
 from fakedev.errors import ClaimError, KubeApiError
 from fakedev.kube import DriverApi
 from fakedev.model.identity import mig_uuid
@@ -42,6 +43,8 @@ Lookup = Callable[[str, str], PublishedDevice | None]
 """(pool, device) → what this node publishes, or None."""
 
 READY_REASON: Final = "DevicePrepared"
+_STATUS_WRITER: Final = ThreadPoolExecutor(max_workers=4, thread_name_prefix="claim-status")
+"""Claim status writes run here, overlapping the node-side work of the same prepare or unprepare."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,16 +124,10 @@ class ClaimState:
         published = [self._published(d) for d in plan.devices]
         configs = {d.request: self._config(plan, d, p) for d, p in zip(plan.devices, published, strict=True)}
         nics = self._assign_nics(plan=plan, published=published, configs=configs, known=known)
-        for nic in nics.values():
-            nic_host.configure(self.nic_netns, nic_assignment(nic))
-        record = self._write(
-            plan=plan,
-            published=published,
-            configs=configs,
-            nics=nics,
-            generation=(known["metadataGeneration"] if known else 0) + 1,
-        )
-        self.api.apply_claim_status(
+        # The status write (an API round trip) overlaps the node-side work (netlink, files, fsyncs); both must
+        # succeed before the claim is recorded, and either failing fails the prepare, which the kubelet retries.
+        status = _STATUS_WRITER.submit(
+            self.api.apply_claim_status,
             namespace=plan.namespace,
             name=plan.name,
             uid=plan.uid,
@@ -139,6 +136,20 @@ class ClaimState:
                 for d, p in zip(plan.devices, published, strict=True)
             ],
         )
+        try:
+            for nic in nics.values():
+                nic_host.configure(self.nic_netns, nic_assignment(nic))
+            record = self._write(
+                plan=plan,
+                published=published,
+                configs=configs,
+                nics=nics,
+                generation=(known["metadataGeneration"] if known else 0) + 1,
+            )
+        finally:
+            status_error = status.exception()
+        if status_error is not None:
+            raise status_error
         record["statusApplied"] = True
         self.claims[ref.uid] = record
         self.checkpoint.save(self.claims)
@@ -284,18 +295,25 @@ class ClaimState:
                 entry["networkData"] = _network_data(nic)
             metadata_devices.setdefault(d.request, []).append(entry)
         spec_files = [cdi_edits.claim_spec_file(driver=self.driver, claim_uid=plan.uid)]
+        # Each file's data is fsynced as it is written; the directories once at the end (one journal commit
+        # makes every rename durable, later directory fsyncs find nothing left to commit).
         cdi.write_spec(
             spec=cdi_edits.render_claim_spec(driver=self.driver, devices=cdi_devices),
             cdi_dir=self.paths.cdi_dir,
             file_name=spec_files[0],
+            sync=False,
         )
         claim_dir = self.paths.metadata_root / metadata.host_claim_dir_name(identity)
+        synced: list[Path] = []
         first_of_request: set[str] = set()
         for top, requests in metadata.group_by_request(metadata_devices).items():
             host_file = claim_dir / top / metadata.HOST_FILE_NAME
             atomic_write(
-                host_file, metadata.render_metadata_stream(claim=identity, generation=generation, requests=requests)
+                host_file,
+                metadata.render_metadata_stream(claim=identity, generation=generation, requests=requests),
+                sync=False,
             )
+            synced.append(host_file.parent)
             spec_file = metadata.metadata_spec_file(driver=self.driver, claim_uid=plan.uid, request=top)
             cdi.write_spec(
                 spec=metadata.render_metadata_spec(
@@ -303,6 +321,7 @@ class ClaimState:
                 ),
                 cdi_dir=self.paths.cdi_dir,
                 file_name=spec_file,
+                sync=False,
             )
             spec_files.append(spec_file)
             # The metadata device rides on the first device of its request (contract §4).
@@ -314,6 +333,8 @@ class ClaimState:
                     device=metadata.metadata_device_name(claim_uid=plan.uid, request=top),
                 )
             )
+        for directory in (self.paths.cdi_dir, *synced, claim_dir, self.paths.metadata_root):
+            fsync_dir(directory)
         return {
             "uid": plan.uid,
             "namespace": plan.namespace,
@@ -352,14 +373,45 @@ class ClaimState:
         except ClaimError as exc:
             return str(exc)
         record = self.claims.get(ref.uid)
+        # Clearing our status entries overlaps the node-side clean-up, as in prepare.
+        status = (
+            _STATUS_WRITER.submit(
+                self.api.apply_claim_status, namespace=ref.namespace, name=ref.name, uid=ref.uid, devices=[]
+            )
+            if self.api is not None
+            else None
+        )
+        try:
+            self._remove_files(ref, record)
+        finally:
+            status_error = status.exception() if status is not None else None
+        if isinstance(status_error, KubeApiError):
+            # Gone, re-created or unreachable: deallocation clears status.devices anyway, so this is not fatal.
+            log.info("claim status not cleared", extra={"fields": {"claim": ref.uid, "reason": str(status_error)}})
+        elif status_error is not None:
+            raise status_error
+        if record is not None:
+            del self.claims[ref.uid]
+            self.checkpoint.save(self.claims)
+        return ""
+
+    def _remove_files(self, ref: ClaimRef, record: ClaimRecord | None) -> None:
+        """Everything a prepare of ``ref`` may have left on the node, record or not (see the module docstring)."""
         cdi.remove_spec(
-            cdi_dir=self.paths.cdi_dir, file_name=cdi_edits.claim_spec_file(driver=self.driver, claim_uid=ref.uid)
+            cdi_dir=self.paths.cdi_dir,
+            file_name=cdi_edits.claim_spec_file(driver=self.driver, claim_uid=ref.uid),
+            sync=False,
         )
         cdi.remove_specs_with_prefix(
-            cdi_dir=self.paths.cdi_dir, prefix=metadata.metadata_spec_prefix(driver=self.driver, claim_uid=ref.uid)
+            cdi_dir=self.paths.cdi_dir,
+            prefix=metadata.metadata_spec_prefix(driver=self.driver, claim_uid=ref.uid),
+            sync=False,
         )
         dir_name = record["metadataDir"] if record else f"{ref.namespace}_{ref.name}"
         shutil.rmtree(self.paths.metadata_root / dir_name, ignore_errors=True)
+        for directory in (self.paths.cdi_dir, self.paths.metadata_root):
+            if directory.is_dir():
+                fsync_dir(directory)
         for uuid in record.get("mdevs", []) if record else []:
             if self.paths.sysfs_root is not None:
                 sysfs.remove_mdev(self.paths.sysfs_root, uuid=uuid)
@@ -368,16 +420,6 @@ class ClaimState:
             nic_host.reset(
                 self.nic_netns, host_ifname=nic["hostIfname"], mac=nic["hardwareMac"], mtu=nic["hardwareMtu"]
             )
-        try:
-            if self.api is not None:
-                self.api.apply_claim_status(namespace=ref.namespace, name=ref.name, uid=ref.uid, devices=[])
-        except KubeApiError as exc:
-            # Gone, re-created or unreachable: deallocation clears status.devices anyway, so this is not fatal.
-            log.info("claim status not cleared", extra={"fields": {"claim": ref.uid, "reason": str(exc)}})
-        if record is not None:
-            del self.claims[ref.uid]
-            self.checkpoint.save(self.claims)
-        return ""
 
 
 def _prepared(record: DeviceRecord) -> PreparedDevice:

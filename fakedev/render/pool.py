@@ -80,3 +80,18 @@ def build_slices(
             metadata["ownerReferences"] = [owner.copy()]
         slices.append({"apiVersion": API_VERSION, "kind": "ResourceSlice", "metadata": metadata, "spec": spec})
     return slices
+
+
+def restamp_slices(
+    slices: Sequence[ResourceSlice], *, generation: int, owner: OwnerReference | None
+) -> list[ResourceSlice]:
+    """The same slices for another pool generation and owner (what a republish of an unchanged inventory needs),
+    without planning the devices again; the device lists are shared with ``slices``, not copied."""
+    out: list[ResourceSlice] = []
+    for s in slices:
+        metadata: ObjectMeta = {"name": s["metadata"]["name"]}
+        if owner is not None:
+            metadata["ownerReferences"] = [owner.copy()]
+        spec: ResourceSliceSpec = {**s["spec"], "pool": {**s["spec"]["pool"], "generation": generation}}
+        out.append({"apiVersion": s["apiVersion"], "kind": s["kind"], "metadata": metadata, "spec": spec})
+    return out

@@ -73,6 +73,9 @@ class PluginManager:
     registry_dir: Path
     on_health: HealthCallback
     retry_interval: float = RECONCILE_SECONDS
+    watch_directory: bool = True
+    """False: find sockets by polling every ``retry_interval`` only; a process emulating hundreds of nodes would
+    otherwise need an inotify instance per node (the default limit is 128 per user)."""
     instances: dict[Path, PluginInstance] = field(default_factory=dict)
     events: list[PluginEvent] = field(default_factory=list)
     _failed_at: dict[tuple[Path, tuple[int, int]], float] = field(default_factory=dict)
@@ -106,9 +109,12 @@ class PluginManager:
 
     async def run(self) -> None:
         self.registry_dir.mkdir(parents=True, exist_ok=True)
-        watch = DirectoryWatch(directory=self.registry_dir, on_event=self._on_fs_event)
+        watch = (
+            DirectoryWatch(directory=self.registry_dir, on_event=self._on_fs_event) if self.watch_directory else None
+        )
         loop = asyncio.get_running_loop()
-        loop.add_reader(watch.open(), watch.read)
+        if watch is not None:
+            loop.add_reader(watch.open(), watch.read)
         try:
             while True:
                 await self.reconcile()
@@ -116,8 +122,9 @@ class PluginManager:
                     await asyncio.wait_for(self._wake.wait(), self.retry_interval)
                 self._wake.clear()
         finally:
-            loop.remove_reader(watch.fd)
-            watch.close()
+            if watch is not None:
+                loop.remove_reader(watch.fd)
+                watch.close()
 
     def _on_fs_event(self, name: str, created: bool) -> None:  # noqa: FBT001 - the watch's callback shape
         path = self.registry_dir / name

@@ -1,0 +1,550 @@
+"""``fakedev bench`` (``make bench``): measured figures, never timed tests.
+
+Sections (all by default; ``--only`` picks some and merges them into an existing results.json):
+
+  footprint  plugin start-up to registration, plugin RSS, rendering 64 dgx-h100 nodes, a warm control-plane start
+  prepare    prepare/unprepare p50/p99 over N claims and throughput at concurrency 1 and 8: fakedev's GPU
+             (gpu.nvidia.com), fakedev's example-schema GPU, sigs.k8s.io/dra-example-driver and fakedev's NIC, all on
+             one control plane through the node emulator's client
+  scale      100/500/1000 emulated dgx-h100 nodes in one process: render and publish time, RSS, then the real
+             kube-scheduler placing 1000 pods that each claim a 1g.10gb MIG slice
+  hints      the same scale-up (pods pending first, then nodes publish) with SchedulerPreQueueingHints on and off,
+             several runs each, on a fresh control plane every run
+
+Writes <out>/results.json, <out>/table.md and SVG plots; prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+from fakedev import __version__
+from fakedev.cli.node import plugin_command
+from fakedev.model.inventory import resolve_inventory
+from fakedev.nics.hardware import remove as remove_hardware
+from fakedev.nics.node import install_node_nics
+from fakedev.profiles import load_profile
+from fakedev.render import bench_render
+from harness.cluster.build import ETCD_VERSION, KUBERNETES_VERSION
+from harness.cluster.config import DRA_FEATURE_GATES, ClusterSettings
+from harness.cluster.local import local_cluster
+from harness.cluster.nodes import register_node
+from harness.conformance.exdriver import EXAMPLE_DRIVER_VERSION, example_driver_spec
+from harness.node.background import BackgroundLoop
+from harness.node.drivers import DriverSpec, template_driver
+from harness.node.registration import handshake
+from harness.procs import open_run_dir, wait_for
+from linuxns import delete_netns
+
+from . import plots, prepare, scale
+from .stats import Ratio, ratio
+
+SECTIONS: Final = ("footprint", "prepare", "scale", "hints")
+Results = dict[str, Any]
+
+
+def add_parser(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "bench",
+        help="run the benchmarks (make bench)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--out", type=Path, default=Path("build/bench"), help="where results go (default build/bench)")
+    p.add_argument("--only", action="append", choices=SECTIONS, help="run only this section (repeatable)")
+    p.add_argument("--claims", type=int, default=1000, help="claims per driver for the prepare figures (1000)")
+    p.add_argument(
+        "--drivers",
+        default="gpu,example_gpu,exdrv_gpu,exdrv_default_gpu,nic",
+        help="drivers of the prepare section (default: all of gpu,example_gpu,exdrv_gpu,exdrv_default_gpu,nic)",
+    )
+    p.add_argument(
+        "--cdi-on",
+        choices=("tmpfs", "disk"),
+        default="tmpfs",
+        help="where the prepare section's CDI dirs live: tmpfs (/dev/shm, as /var/run/cdi on a real node; default) "
+        "or disk (the run directory)",
+    )
+    p.add_argument("--concurrency", default="1,8", help="calls in flight for throughput (default 1,8)")
+    p.add_argument("--nodes", default="100,500,1000", help="fleet sizes for the scale section (default 100,500,1000)")
+    p.add_argument("--sched-pods", type=int, default=1000, help="MIG pods the scheduler places per fleet (1000)")
+    p.add_argument("--hints-runs", type=int, default=3, help="runs per setting of SchedulerPreQueueingHints (3)")
+    p.add_argument("--hints-nodes", type=int, default=100, help="nodes that appear in the scale-up (100)")
+    p.add_argument(
+        "--profile", action="store_true", help="sample fakedev's plugins with py-spy during the prepare latency run"
+    )
+    p.add_argument("--hints-pods", type=int, default=1000, help="pods pending before the scale-up (1000)")
+    p.set_defaults(handler=_run)
+
+
+def _say(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise SystemExit(f"fakedev bench: expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise SystemExit(f"fakedev bench: expected positive integers, got {text!r}")
+    return values
+
+
+# -- footprint ---------------------------------------------------------------------------------------------------
+
+
+def _footprint(results: Results) -> None:
+    _say("rendering 64 dgx-h100 nodes (best of 5)")
+    results["render_64_dgx_h100_s"] = round(min(bench_render(64) for _ in range(5)), 3)
+    _say("warm control-plane start (best of 3)")
+    starts = []
+    for _ in range(3):
+        t0 = time.monotonic()
+        with local_cluster():
+            starts.append(time.monotonic() - t0)
+    results["control_plane_ready_s"] = round(min(starts), 2)
+    with local_cluster() as cluster:
+        register_node(cluster.client, name="bench-node")
+        ready, rss = [], []
+        for profile in ("seed-example", "dgx-h100"):
+            for _ in range(3):
+                r, m = _plugin_start(profile=profile, kubeconfig=cluster.kubeconfig)
+                ready.append(r)
+                rss.append(m)
+            _say(f"plugin ({profile}): ready in {min(ready[-3:]):.3f}s best of 3, RSS {max(rss[-3:]):.1f} MB")
+            key = "" if profile == "seed-example" else "_dgx_h100"
+            results[f"plugin_ready{key}_s"] = round(statistics.median(ready[-3:]), 3)
+            results[f"plugin_rss{key}_mb"] = round(max(rss[-3:]), 1)
+
+
+def _plugin_start(*, profile: str, kubeconfig: Path) -> tuple[float, float]:
+    """Seconds from exec to the kubelet handshake answered, and RSS once its slices are published."""
+    root = Path(tempfile.mkdtemp(prefix="fd-bench-"))
+    argv = [
+        sys.executable,
+        "-m",
+        "fakedev",
+        "plugin",
+        "--profile",
+        profile,
+        "--node-name",
+        "bench-node",
+        "--kubelet-root",
+        str(root / "k"),
+        "--cdi-dir",
+        str(root / "cdi"),
+        "--kubeconfig",
+        str(kubeconfig),
+        "--log-level",
+        "WARNING",
+    ]
+    if profile == "dgx-h100":
+        argv += ["--schema", "nvidia"]
+    t0 = time.monotonic()
+    plugin = subprocess.Popen(argv)
+    loop = BackgroundLoop()
+    loop.start()
+    try:
+        registry = root / "k" / "plugins_registry"
+        wait_for(
+            lambda: registry.is_dir() and any(registry.glob("*-reg.sock")),
+            timeout=30,
+            what="registration socket",
+            interval=0.002,
+        )
+        reg_sock = next(registry.glob("*-reg.sock"))
+        loop.call(handshake(reg_sock, registered=[]))
+        ready = time.monotonic() - t0
+        time.sleep(1.0)  # not a wait on a condition: RSS is sampled after a second of steady state on purpose
+        return ready, prepare.rss_mb(plugin.pid)
+    finally:
+        loop.stop()
+        plugin.terminate()
+        plugin.wait(timeout=20)
+
+
+# -- prepare -----------------------------------------------------------------------------------------------------
+
+
+def _unthrottled(spec: DriverSpec) -> DriverSpec:
+    """The example driver with client-go's limiter out of the way: its default 5 requests/s (burst 10) caps prepare
+    at 5 claims/s once the burst is spent, which would measure the limiter, not the plugin."""
+    return DriverSpec(
+        argv=lambda ctx: [*spec.argv(ctx), "--kube-api-qps", "10000", "--kube-api-burst", "10000"],
+        env=spec.env,
+        description=f"{spec.description} (--kube-api-qps 10000 --kube-api-burst 10000)",
+    )
+
+
+def _prepare(
+    results: Results,
+    *,
+    claims: int,
+    concurrency: list[int],
+    drivers: list[str],
+    cdi_on: str,
+    out: Path,
+    profile: bool,
+) -> None:
+    with local_cluster() as cluster:
+        kube = cluster.client
+        prepare.ensure_class(kube)
+        run = open_run_dir(purpose="bench")
+        cdi_root = Path("/dev/shm" if cdi_on == "tmpfs" else run.path) / f"fakedev-bench-{run.run_id}-cdi"
+        results["prepare_cdi_dirs_on"] = cdi_on
+        nic_profile = load_profile("nic-only")
+        nics = install_node_nics(
+            resolve_inventory(nic_profile, node_name="bench-nic"), node_run_id=run.run_id, fabric_run_id=run.run_id
+        )
+        assert nics is not None
+        subjects = [
+            prepare.Subject(
+                key="gpu",
+                title="fakedev gpu.nvidia.com (dgx-h100)",
+                node="bench-gpu",
+                driver="gpu.nvidia.com",
+                spec=template_driver(
+                    plugin_command(profile="dgx-h100", schema="nvidia", extra=("--log-level", "WARNING"))
+                ),
+                pick=lambda d: d.get("attributes", {}).get("type", {}).get("string") == "gpu",
+            ),
+            prepare.Subject(
+                key="example_gpu",
+                title="fakedev gpu.example.com (seed-example)",
+                node="bench-fakedev-example",
+                driver="gpu.example.com",
+                spec=template_driver(
+                    plugin_command(profile="seed-example", schema="example", extra=("--log-level", "WARNING"))
+                ),
+            ),
+            prepare.Subject(
+                key="exdrv_gpu",
+                title=f"dra-example-driver {EXAMPLE_DRIVER_VERSION} (API client limit raised)",
+                node="bench-exdrv",
+                driver="gpu.example.com",
+                spec=_unthrottled(example_driver_spec()),
+            ),
+            prepare.Subject(
+                key="exdrv_default_gpu",
+                title=f"dra-example-driver {EXAMPLE_DRIVER_VERSION} (default flags)",
+                node="bench-exdrv-default",
+                driver="gpu.example.com",
+                spec=example_driver_spec(),
+                claims=100,
+            ),
+            prepare.Subject(
+                key="nic",
+                title="fakedev dra.net NIC (nic-only)",
+                node="bench-nic",
+                driver="dra.net",
+                spec=template_driver(
+                    plugin_command(
+                        profile="nic-only", schema="dranet", extra=(*nics.plugin_args(), "--log-level", "WARNING")
+                    )
+                ),
+                exclusive=True,
+            ),
+        ]
+        unknown = set(drivers) - {s.key for s in subjects}
+        if unknown:
+            raise SystemExit(f"fakedev bench: --drivers: unknown {sorted(unknown)}; known: {[s.key for s in subjects]}")
+        subjects = [s for s in subjects if s.key in drivers]
+        measured: dict[str, prepare.SubjectResult] = {}
+        try:
+
+            async def main() -> None:
+                for subject in subjects:
+                    measured[subject.key] = await prepare.measure_subject(
+                        subject,
+                        kube=kube,
+                        kubeconfig=cluster.kubeconfig,
+                        run=run,
+                        claims=claims,
+                        concurrency=concurrency,
+                        say=_say,
+                        cdi_root=cdi_root,
+                        profile_dir=out if profile else None,
+                    )
+                    m = measured[subject.key]
+                    _say(f"{subject.title}: prepare p50 {m.prepare.p50_ms} ms, p99 {m.prepare.p99_ms} ms")
+
+            asyncio.run(main())
+        finally:
+            shutil.rmtree(cdi_root, ignore_errors=True)
+            remove_hardware(nics.hardware)
+            delete_netns(nics.hardware.fabric_netns)
+            run.close()
+    results["claims_per_driver"] = claims
+    for key, m in measured.items():
+        results[f"{key}_claims"] = m.prepare.count
+        results[f"{key}_prepare_p50_ms"] = m.prepare.p50_ms
+        results[f"{key}_prepare_p99_ms"] = m.prepare.p99_ms
+        results[f"{key}_unprepare_p50_ms"] = m.unprepare.p50_ms
+        results[f"{key}_unprepare_p99_ms"] = m.unprepare.p99_ms
+        results[f"{key}_driver_rss_mb"] = m.rss_mb
+        for c, rate in m.prepare_per_s.items():
+            results[f"{key}_prepare_per_s_c{c}"] = rate
+            results[f"{key}_unprepare_per_s_c{c}"] = m.unprepare_per_s[c]
+    for c in concurrency:
+        if f"gpu_prepare_per_s_c{c}" in results:
+            results[f"prepare_per_s_c{c}"] = results[f"gpu_prepare_per_s_c{c}"]
+    for key in ("gpu", "example_gpu"):
+        if key not in measured or "exdrv_gpu" not in measured:
+            continue
+        for figure in ("prepare_p50_ms", "prepare_p99_ms", "unprepare_p50_ms", "unprepare_p99_ms"):
+            results[f"ratio_{key}_vs_exdrv_{figure.removesuffix('_ms')}"] = ratio(
+                results[f"{key}_{figure}"], results[f"exdrv_gpu_{figure}"]
+            )
+        for c in concurrency:
+            results[f"ratio_{key}_vs_exdrv_prepare_per_s_c{c}"] = ratio(
+                results[f"{key}_prepare_per_s_c{c}"], results[f"exdrv_gpu_prepare_per_s_c{c}"]
+            )
+    (out / "prepare-latency.svg").write_text(
+        plots.bar_chart(
+            title=f"prepare / unprepare latency over {claims} claims (one at a time)",
+            unit="ms",
+            bars=[
+                plots.Bar(group=key, series=f"{verb} {q}", value=results[f"{key}_{verb}_{q}_ms"])
+                for key in measured
+                for verb in ("prepare", "unprepare")
+                for q in ("p50", "p99")
+            ],
+        )
+    )
+    (out / "prepare-throughput.svg").write_text(
+        plots.bar_chart(
+            title=f"claims prepared per second ({claims} claims)",
+            unit="claims/s",
+            bars=[
+                plots.Bar(group=key, series=f"concurrency {c}", value=m.prepare_per_s[c])
+                for key, m in measured.items()
+                for c in m.prepare_per_s
+            ],
+        )
+    )
+
+
+# -- scale -------------------------------------------------------------------------------------------------------
+
+
+def _scale(results: Results, *, sizes: list[int], pods: int) -> None:
+    for n in sizes:
+        with local_cluster() as cluster:
+            kube = cluster.client
+            run = open_run_dir(purpose="bench")
+            _say(f"fleet of {n} dgx-h100 nodes: starting")
+            fleet = scale.start_fleet(nodes=n, kubeconfig=cluster.kubeconfig, run=run)
+            try:
+                rendered = fleet.wait("rendered", timeout=600)
+                fleet.wait("nodes-registered", timeout=600)
+                publishing = fleet.wait("publishing", timeout=60)
+                published = fleet.wait("published", timeout=1200)
+                registered = fleet.wait("registered", timeout=60)
+                slices = scale.count_slices(kube)
+                rss, peak = fleet.rss_gib()
+                _say(
+                    f"fleet of {n}: rendered in {rendered['seconds']:.1f}s, {slices} slices published in "
+                    f"{published['seconds']:.1f}s, RSS {rss} GiB (peak {peak})"
+                )
+                results[f"nodes_{n}_render_s"] = round(rendered["seconds"], 2)
+                results[f"nodes_{n}_publish_s"] = round(published["t"] - publishing["t"], 2)
+                results[f"nodes_{n}_registered_s"] = round(registered["t"] - publishing["t"], 2)
+                results[f"nodes_{n}_slices"] = slices
+                results[f"nodes_{n}_rss_gib"] = rss
+                results[f"nodes_{n}_peak_rss_gib"] = peak
+                if pods:
+                    scale.ensure_mig_workload(kube)
+                    recorder = scale.BindRecorder(kube=kube)
+                    recorder.start()
+                    _say(f"fleet of {n}: the scheduler places {pods} MIG pods")
+                    first, last_create = scale.create_pods(kube, count=pods, prefix="mig")
+                    scale.wait_bound(recorder, count=pods, timeout=1800, say=_say)
+                    recorder.stop()
+                    span = max(recorder.bound.values()) - first
+                    results[f"nodes_{n}_sched_pods_per_s"] = round(pods / span, 1)
+                    results[f"nodes_{n}_create_pods_per_s"] = round(pods / max(1e-6, last_create - first), 1)
+                    _say(f"fleet of {n}: {pods} pods bound in {span:.1f}s ({pods / span:.1f} pods/s)")
+                    rss, peak = fleet.rss_gib()
+                    results[f"nodes_{n}_rss_after_sched_gib"] = rss
+            finally:
+                fleet.stop()
+                run.close()
+    (Path(results["_out"]) / "scale.svg").write_text(
+        plots.bar_chart(
+            title="emulated dgx-h100 nodes in one process",
+            unit="seconds / GiB / pods per s",
+            bars=[
+                b
+                for n in sizes
+                for b in (
+                    plots.Bar(group=f"{n} nodes", series="publish s", value=results[f"nodes_{n}_publish_s"]),
+                    plots.Bar(group=f"{n} nodes", series="RSS GiB", value=results[f"nodes_{n}_rss_gib"]),
+                    plots.Bar(
+                        group=f"{n} nodes",
+                        series="scheduler pods/s",
+                        value=results.get(f"nodes_{n}_sched_pods_per_s", 0.0),
+                    ),
+                )
+            ],
+            targets=[plots.Target(value=60, label="publish target 60 s"), plots.Target(value=4, label="RSS 4 GiB")],
+        )
+    )
+
+
+# -- hints -------------------------------------------------------------------------------------------------------
+
+
+def _scale_up(*, hints: bool, nodes: int, pods: int) -> float:
+    gates = {**DRA_FEATURE_GATES, "SchedulerPreQueueingHints": hints}
+    with local_cluster(settings=ClusterSettings(feature_gates=gates)) as cluster:
+        kube = cluster.client
+        flag = f"SchedulerPreQueueingHints={'true' if hints else 'false'}"
+        argv = " ".join(cluster.processes["kube-scheduler"].argv)
+        if flag not in argv:  # the figure would be about the wrong setting
+            raise SystemExit(f"fakedev bench: kube-scheduler was not started with {flag}: {argv}")
+        scale.ensure_mig_workload(kube)
+        recorder = scale.BindRecorder(kube=kube)
+        recorder.start()
+        scale.create_pods(kube, count=pods, prefix="wait")
+        wait_for(
+            lambda: len(recorder.unschedulable) >= pods, timeout=600, what=f"{pods} pods unschedulable", interval=0.2
+        )
+        run = open_run_dir(purpose="bench")
+        fleet = scale.start_fleet(nodes=nodes, kubeconfig=cluster.kubeconfig, run=run)
+        try:
+            t0 = float(fleet.wait("publishing", timeout=600)["t"])
+            scale.wait_bound(recorder, count=pods, timeout=1800, say=_say)
+            recorder.stop()
+            return pods / (max(recorder.bound.values()) - t0)
+        finally:
+            fleet.stop()
+            run.close()
+
+
+def _hints(results: Results, *, runs: int, nodes: int, pods: int, out: Path) -> None:
+    rates: dict[str, list[float]] = {"on": [], "off": []}
+    for i in range(runs):
+        # Alternate, so drift of the machine over the runs falls on both settings.
+        for setting in ("on", "off") if i % 2 == 0 else ("off", "on"):
+            _say(f"scale-up run {i + 1}/{runs}, SchedulerPreQueueingHints {setting}: {pods} pods, {nodes} nodes")
+            rate = _scale_up(hints=setting == "on", nodes=nodes, pods=pods)
+            rates[setting].append(round(rate, 2))
+            _say(f"  {rate:.1f} pods/s")
+    r = Ratio.of(rates["on"], rates["off"])
+    results |= {
+        "hints_nodes": nodes,
+        "hints_pods": pods,
+        "sched_pods_per_s_hints_on": round(statistics.median(rates["on"]), 2),
+        "sched_pods_per_s_hints_off": round(statistics.median(rates["off"]), 2),
+        "sched_pods_per_s_hints_on_runs": rates["on"],
+        "sched_pods_per_s_hints_off_runs": rates["off"],
+        "hints_ratio_on_off": r.median,
+        "hints_ratio_on_off_low": r.low,
+        "hints_ratio_on_off_high": r.high,
+    }
+    (out / "hints.svg").write_text(
+        plots.dot_chart(
+            title=f"scale-up: {pods} pending MIG pods, {nodes} nodes appear (ratio on/off {r.median}, "
+            f"{r.low}–{r.high})",
+            unit="pods scheduled per second",
+            runs={"PreQueueingHints on": rates["on"], "PreQueueingHints off": rates["off"]},
+        )
+    )
+
+
+# -- the command -------------------------------------------------------------------------------------------------
+
+TARGETS: Final[dict[str, tuple[str, Callable[[Results], bool | None]]]] = {
+    "gpu_prepare_p50_ms": ("≤ 5 ms", lambda r: r["gpu_prepare_p50_ms"] <= 5),
+    "ratio_gpu_vs_exdrv_prepare_p50": ("≤ 1.5", lambda r: r["ratio_gpu_vs_exdrv_prepare_p50"] <= 1.5),
+    "nic_prepare_p50_ms": ("≤ 40 ms", lambda r: r["nic_prepare_p50_ms"] <= 40),
+    "nodes_1000_rss_gib": ("< 4 GiB", lambda r: r["nodes_1000_rss_gib"] < 4),
+    "nodes_1000_publish_s": ("< 60 s", lambda r: r["nodes_1000_publish_s"] < 60),
+    "plugin_ready_s": ("< 1 s", lambda r: r["plugin_ready_s"] < 1),
+    "plugin_rss_mb": ("< 80 MB", lambda r: r["plugin_rss_mb"] < 80),
+}
+
+
+def render_table(results: Results) -> str:
+    """Markdown: every figure, with its target and whether it was met where the issue sets one."""
+    lines = ["| figure | value | target | met |", "|---|---|---|---|"]
+    for key, value in results.items():
+        if key.startswith("_"):
+            continue
+        target, met = "", ""
+        if key in TARGETS:
+            target = TARGETS[key][0]
+            try:
+                met = "yes" if TARGETS[key][1](results) else "**no**"
+            except (KeyError, TypeError):
+                met = "?"
+        shown = json.dumps(value) if isinstance(value, list) else value
+        lines.append(f"| `{key}` | {shown} | {target} | {met} |")
+    return "\n".join(lines) + "\n"
+
+
+def _write(results: Results, out: Path) -> None:
+    public = {k: v for k, v in results.items() if not k.startswith("_")}
+    (out / "results.json").write_text(json.dumps(public, indent=2) + "\n")
+    (out / "table.md").write_text(render_table(public))
+
+
+def _run(args: argparse.Namespace) -> int:
+    sections = args.only or list(SECTIONS)
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    results: Results = {}
+    previous = out / "results.json"
+    if args.only and previous.exists():
+        results = json.loads(previous.read_text())  # --only refreshes some figures and keeps the others
+    results |= {
+        "fakedev": __version__,
+        "kubernetes": KUBERNETES_VERSION,
+        "etcd": ETCD_VERSION,
+        "dra_example_driver": EXAMPLE_DRIVER_VERSION,
+        "python": platform.python_version(),
+        "machine": f"{platform.machine()} {os.cpu_count()} cpus, "
+        f"{round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB, {platform.release()}",
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": "fakedev bench " + " ".join(sys.argv[2:]),
+    }
+    results["_out"] = str(out)
+    steps: dict[str, Callable[[], None]] = {
+        "footprint": lambda: _footprint(results),
+        "prepare": lambda: _prepare(
+            results,
+            claims=args.claims,
+            concurrency=_ints(args.concurrency),
+            drivers=[d.strip() for d in args.drivers.split(",") if d.strip()],
+            cdi_on=args.cdi_on,
+            out=out,
+            profile=args.profile,
+        ),
+        "scale": lambda: _scale(results, sizes=_ints(args.nodes), pods=args.sched_pods),
+        "hints": lambda: _hints(results, runs=args.hints_runs, nodes=args.hints_nodes, pods=args.hints_pods, out=out),
+    }
+    for section in SECTIONS:
+        if section in sections:
+            t0 = time.monotonic()
+            _say(f"section {section}")
+            steps[section]()
+            results[f"section_{section}_s"] = round(time.monotonic() - t0, 1)
+            _write(results, out)  # after every section, so a later failure keeps what was measured
+    table = render_table({k: v for k, v in results.items() if not k.startswith("_")})
+    print(table)
+    print(f"written to {out / 'results.json'}, {out / 'table.md'} and the SVG plots in {out}")
+    return 0

@@ -1,0 +1,254 @@
+"""Prepare/unprepare latency and throughput, fakedev's plugin against dra-example-driver's, through one client.
+
+Every subject is a driver process on its own emulated node (its own kubelet root and CDI dir), registered through
+the node emulator's plugin manager; calls go over the connection the emulator itself uses (``PluginInstance``).
+Claims are real ResourceClaims whose allocation is written to their status, as the scheduler would write it, so
+both drivers read exactly what they read in a cluster; the scheduler is not part of this figure.
+
+Latency: each claim is prepared and then unprepared before the next (one pod at a time on the node). Throughput:
+all claims are prepared with ``c`` calls in flight, each for one claim (different pods, so the kubelet would send
+them separately), then unprepared the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from harness.cluster.nodes import register_node
+from harness.node.drivers import DriverContext, DriverProcess, DriverSpec
+from harness.node.emulator import DECLARED_FEATURES
+from harness.node.plugins import PluginInstance, PluginManager
+from harness.procs import RunDir, wait_for
+from kubeclient import JsonObj, KubeClient
+from kubeclient.resources import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
+from kubeletapi.types import ClaimRef
+
+from .stats import Latency
+
+NAMESPACE: Final = "default"
+CLASS: Final = "bench-any"
+REGISTER_TIMEOUT: Final = 60.0
+DEVICES: Final = 8
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Subject:
+    """One driver under test on one node."""
+
+    key: str
+    """Prefix of its figures in results.json (``gpu``, ``exdrv_gpu`` …)."""
+    title: str
+    node: str
+    driver: str
+    spec: DriverSpec
+    pick: Callable[[JsonObj], bool] = lambda _device: True
+    """Which published devices its claims are allocated (round-robin over at most :data:`DEVICES`)."""
+    claims: int | None = None
+    """Fewer claims than the run's (a driver throttled to a few calls per second would take many minutes)."""
+    exclusive: bool = False
+    """A device can back only one prepared claim at a time (NICs): no throughput run with all claims held."""
+
+
+@dataclass(kw_only=True)
+class SubjectResult:
+    prepare: Latency
+    unprepare: Latency
+    prepare_per_s: dict[int, float] = field(default_factory=dict)
+    unprepare_per_s: dict[int, float] = field(default_factory=dict)
+    rss_mb: float = 0.0
+    samples_ms: list[float] = field(default_factory=list)
+
+
+def render_claim(*, name: str) -> JsonObj:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"devices": {"requests": [{"name": "dev", "exactly": {"deviceClassName": CLASS}}]}},
+    }
+
+
+def render_allocation(*, driver: str, pool: str, device: str, node: str) -> JsonObj:
+    """The status the scheduler would write: the device, the node it is on, and the pod it is reserved for."""
+    return {
+        "status": {
+            "allocation": {
+                "devices": {"results": [{"request": "dev", "driver": driver, "pool": pool, "device": device}]},
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                    ]
+                },
+            },
+            "reservedFor": [{"resource": "pods", "name": f"bench-{uuid.uuid4().hex[:8]}", "uid": str(uuid.uuid4())}],
+        }
+    }
+
+
+def ensure_class(kube: KubeClient) -> None:
+    if kube.get_or_none(DEVICE_CLASSES, CLASS) is None:
+        kube.create(
+            DEVICE_CLASSES,
+            {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": CLASS}, "spec": {}},
+        )
+
+
+def published_devices(kube: KubeClient, subject: Subject) -> list[tuple[str, str]]:
+    """(pool, device) of the subject's published devices it may use, at most :data:`DEVICES`."""
+    found = []
+    for s in kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={subject.node},spec.driver={subject.driver}"):
+        pool = s["spec"]["pool"]["name"]
+        found += [(pool, d["name"]) for d in s["spec"].get("devices") or [] if subject.pick(d)]
+    return sorted(found)[:DEVICES]
+
+
+def make_claims(
+    kube: KubeClient, subject: Subject, *, devices: Sequence[tuple[str, str]], count: int
+) -> list[ClaimRef]:
+    refs = []
+    for i in range(count):
+        name = f"{subject.key.replace('_', '-')}-{i:04d}"
+        claim = kube.create(RESOURCE_CLAIMS, render_claim(name=name), namespace=NAMESPACE)
+        pool, device = devices[i % len(devices)]
+        status = render_allocation(driver=subject.driver, pool=pool, device=device, node=subject.node)
+        kube.patch(RESOURCE_CLAIMS, name, status, namespace=NAMESPACE, subresource="status", patch_type="merge")
+        refs.append(ClaimRef(uid=claim["metadata"]["uid"], namespace=NAMESPACE, name=name))
+    return refs
+
+
+def _check(method: str, answers: dict[str, Any], ref: ClaimRef) -> None:
+    answer = answers.get(ref.uid)
+    error = getattr(answer, "error", answer) if answer is not None else f"no answer for claim {ref.uid}"
+    if error:
+        raise RuntimeError(f"{method} {ref.namespace}/{ref.name}: {error}")
+
+
+async def _latency(inst: PluginInstance, refs: Sequence[ClaimRef]) -> tuple[list[float], list[float]]:
+    conn, version = inst.connection, inst.registration.dra_version
+    prep, unprep = [], []
+    for ref in refs:
+        t = time.perf_counter()
+        _check("prepare", await conn.prepare([ref], version=version), ref)
+        prep.append((time.perf_counter() - t) * 1e3)
+        t = time.perf_counter()
+        _check("unprepare", await conn.unprepare([ref], version=version), ref)
+        unprep.append((time.perf_counter() - t) * 1e3)
+    return prep, unprep
+
+
+async def _throughput(inst: PluginInstance, refs: Sequence[ClaimRef], *, concurrency: int) -> tuple[float, float]:
+    conn, version = inst.connection, inst.registration.dra_version
+    gate = asyncio.Semaphore(concurrency)
+
+    async def prepare(ref: ClaimRef) -> None:
+        async with gate:
+            _check("prepare", await conn.prepare([ref], version=version), ref)
+
+    async def unprepare(ref: ClaimRef) -> None:
+        async with gate:
+            _check("unprepare", await conn.unprepare([ref], version=version), ref)
+
+    t = time.perf_counter()
+    await asyncio.gather(*(prepare(r) for r in refs))
+    prepared = len(refs) / (time.perf_counter() - t)
+    t = time.perf_counter()
+    await asyncio.gather(*(unprepare(r) for r in refs))
+    return round(prepared, 1), round(len(refs) / (time.perf_counter() - t), 1)
+
+
+def start_profiler(pid: int, *, out: Path) -> subprocess.Popen[bytes] | None:
+    """py-spy sampling ``pid`` (folded stacks, idle threads left out); None for a process that is not Python."""
+    if "python" not in Path(f"/proc/{pid}/exe").resolve().name:
+        return None
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    return subprocess.Popen(
+        [spy, "record", "--pid", str(pid), "--rate", "500", "--format", "raw", "--output", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def stop_profiler(spy: subprocess.Popen[bytes]) -> None:
+    spy.send_signal(signal.SIGINT)  # py-spy writes its output on Ctrl-C
+    spy.wait(timeout=60)
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+async def measure_subject(
+    subject: Subject,
+    *,
+    kube: KubeClient,
+    kubeconfig: Path,
+    run: RunDir,
+    claims: int,
+    concurrency: Sequence[int],
+    say: Say,
+    cdi_root: Path,
+    profile_dir: Path | None = None,
+) -> SubjectResult:
+    """``cdi_root``: where the subject's CDI dir goes (a tmpfs, like a real node's /var/run/cdi, unless asked
+    otherwise). ``profile_dir``: sample the driver with py-spy during the latency run (Python drivers only)."""
+    claims = min(claims, subject.claims or claims)
+    root = run.path / subject.key
+    await asyncio.to_thread(register_node, kube, name=subject.node, declared_features=DECLARED_FEATURES)
+    manager = PluginManager(registry_dir=root / "k" / "plugins_registry", on_health=lambda _d, _h: None)
+    manager.registry_dir.mkdir(parents=True, exist_ok=True)
+    driver = DriverProcess(
+        name=f"bench-{subject.key}",
+        spec=subject.spec,
+        context=DriverContext(
+            node=subject.node, kubelet_root=root / "k", cdi_dir=cdi_root / subject.key, kubeconfig=kubeconfig
+        ),
+        run=run,
+    )
+    task = asyncio.create_task(manager.run(), name=f"{subject.key}-plugins")
+    driver.start()
+    try:
+        inst = await manager.wait_registered(subject.driver, timeout=REGISTER_TIMEOUT)
+        devices: list[tuple[str, str]] = []
+
+        def listed() -> bool:
+            devices[:] = published_devices(kube, subject)
+            return bool(devices)
+
+        await asyncio.to_thread(wait_for, listed, timeout=REGISTER_TIMEOUT, what=f"{subject.title}: its slices")
+        say(f"{subject.title}: creating {claims} claims allocated over {len(devices)} devices")
+        refs = await asyncio.to_thread(make_claims, kube, subject, devices=devices, count=claims)
+        say(f"{subject.title}: prepare + unprepare, one claim at a time")
+        assert driver.process is not None
+        spy = (
+            start_profiler(driver.process.pid, out=profile_dir / f"profile-{subject.key}.txt") if profile_dir else None
+        )
+        prep, unprep = await _latency(inst, refs)
+        if spy is not None:
+            stop_profiler(spy)
+        result = SubjectResult(prepare=Latency.of(prep), unprepare=Latency.of(unprep), samples_ms=prep)
+        if not subject.exclusive:
+            for c in concurrency:
+                say(f"{subject.title}: throughput with {c} calls in flight")
+                result.prepare_per_s[c], result.unprepare_per_s[c] = await _throughput(inst, refs, concurrency=c)
+        assert driver.process is not None
+        result.rss_mb = rss_mb(driver.process.pid)
+        return result
+    finally:
+        driver.stop()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await manager.close()

@@ -1,0 +1,59 @@
+"""The scale benchmark's fleet: several emulated nodes in one process publish what each node renders, and their
+plugins are registered by the fleet's kubelet side."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fakedev.cli.bench import scale
+from fakedev.model.inventory import resolve_inventory
+from fakedev.profiles import load_profile
+from fakedev.render import Schema, render_node
+from harness.cluster.local import LocalCluster
+from harness.cluster.nodes import delete_node
+from harness.procs import open_run_dir, wait_for
+from kubeclient.resources import RESOURCE_SLICES
+
+pytestmark = [pytest.mark.cluster]
+
+
+def test_fleet_publishes_every_nodes_slices_and_registers_its_plugins(
+    local_cluster: LocalCluster, unique_name: str
+) -> None:
+    kube = local_cluster.client
+    run = open_run_dir(purpose="test-fleet")
+    prefix = unique_name[:30]
+    fleet = scale.start_fleet(nodes=3, kubeconfig=local_cluster.kubeconfig, run=run, prefix=prefix)
+    names = [f"{prefix}-{i:04d}" for i in range(3)]
+    try:
+        published = fleet.wait("published", timeout=120)
+        registered = fleet.wait("registered", timeout=10)
+        assert published["nodes"] == 3 and registered["nodes"] == 3
+        for name in names:
+            expected = render_node(
+                resolve_inventory(load_profile("dgx-h100"), node_name=name), schemas=[Schema.NVIDIA]
+            ).slices
+            stored = kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={name}")
+            assert sorted(s["metadata"]["name"] for s in stored) == sorted(s["metadata"]["name"] for s in expected)
+            by_name = {s["metadata"]["name"]: s for s in stored}
+            for want in expected:
+                got = by_name[want["metadata"]["name"]]
+                sent = json.loads(json.dumps(want["spec"]))
+                key = "devices" if "devices" in sent else "sharedCounters"
+                assert got["spec"][key] == sent[key]
+                assert got["metadata"]["ownerReferences"][0]["name"] == name
+        rss, peak = fleet.rss_gib()
+        assert 0 < rss <= peak
+    finally:
+        fleet.stop()
+        run.close()
+        for name in names:
+            delete_node(kube, name=name)
+        for name in names:
+            wait_for(
+                lambda n=name: not kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={n}"),  # type: ignore[misc]
+                timeout=60,
+                what=f"slices of {name} collected with their Node",
+            )
