@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Final
 
 from harness import procs
+from harness.realnode.node import remove_kubepods_cgroups
 from harness.runtime.netns import clean_run_netns, delete_netns, list_netns, netns_path
 from harness.runtime.runc import clean_runc_root
 
@@ -26,7 +28,14 @@ def _namespaces(run_id: str, _: Path) -> None:
     clean_run_netns(run_id)
 
 
-CLEANERS: tuple[procs.Cleaner, ...] = (_containers, _namespaces)
+def _real_nodes(run_id: str, path: Path) -> None:
+    # A real node's shim sockets live outside its run directory (the path must be short); its cgroups in /sys.
+    if "-realnode-" in path.name:
+        shutil.rmtree(f"/tmp/fd-shim-{run_id}", ignore_errors=True)
+        remove_kubepods_cgroups()
+
+
+CLEANERS: tuple[procs.Cleaner, ...] = (_containers, _namespaces, _real_nodes)
 
 
 def _candidates(base: Path, run_id: str) -> list[Path]:

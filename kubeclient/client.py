@@ -15,7 +15,8 @@ from typing import Any, Final, Literal
 
 import urllib3
 
-from kubeclient.errors import ApiError, ApiUnavailableError, ConflictError
+from kubeclient.errors import ApiError, ApiUnavailableError, ConflictError, OfficialLoaderNeededError
+from kubeclient.kubeconfig import read_kubeconfig
 from kubeclient.resources import Resource
 
 JsonObj = dict[str, Any]
@@ -41,7 +42,12 @@ class Credentials:
 
 
 def credentials_from_kubeconfig(path: Path, *, context: str | None = None) -> Credentials:
-    """Read a kubeconfig with the official client's loader (exec plugins, embedded data, tokens)."""
+    """Read a kubeconfig: certificates, keys and tokens ourselves, exec plugins and auth providers with the official
+    client's loader."""
+    try:
+        return Credentials(**read_kubeconfig(path, context=context))
+    except OfficialLoaderNeededError:
+        pass
     from kubernetes import config as kconfig
     from kubernetes.client import Configuration
 

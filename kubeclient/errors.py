@@ -36,3 +36,7 @@ class ApiUnavailableError(ApiError):
     """The API server could not be reached or asked us to back off."""
 
     retryable = True
+
+
+class OfficialLoaderNeededError(KubeClientError):
+    """The kubeconfig uses something only the official loader implements (exec plugins, auth providers)."""

@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Sequence
+from types import ModuleType
+from typing import Final
 
-from fakedev.cli import bench as bench_cmd
-from fakedev.cli import cluster as cluster_cmd
-from fakedev.cli import conformance as conformance_cmd
-from fakedev.cli import drill as drill_cmd
-from fakedev.cli import fault as fault_cmd
-from fakedev.cli import kubevirt as kubevirt_cmd
-from fakedev.cli import node as node_cmd
-from fakedev.cli import plugin as plugin_cmd
-from fakedev.cli import profile as profile_cmd
-from fakedev.cli import run as run_cmd
 from fakedev.errors import FakedevError
 from harness.errors import HarnessError
 from kubeclient.errors import KubeClientError
+
+COMMANDS: Final = ("bench", "cluster", "conformance", "drill", "fault", "kubevirt", "node", "plugin", "profile", "run")
+"""Each is a module ``fakedev.cli.<name>`` with ``add_parser(sub)``; only the one a command line names is imported,
+so a long-running ``fakedev plugin`` does not carry the harness, the drills and the benchmarks in its memory."""
 
 DESCRIPTION = """\
 fakedev — emulated GPUs and NICs behind a real Kubernetes DRA kubelet plugin, a kubelet emulator that
@@ -28,27 +25,25 @@ doubles as a DRA driver conformance suite, and fault drills. Start with `fakedev
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command_module(name: str) -> ModuleType:
+    return importlib.import_module(f"fakedev.cli.{name}")
+
+
+def build_parser(*, only: str | None = None) -> argparse.ArgumentParser:
+    """The full parser, or (``only``) one with just that command, which imports nothing else."""
     parser = argparse.ArgumentParser(
         prog="fakedev", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    bench_cmd.add_parser(sub)
-    cluster_cmd.add_parser(sub)
-    conformance_cmd.add_parser(sub)
-    drill_cmd.add_parser(sub)
-    fault_cmd.add_parser(sub)
-    kubevirt_cmd.add_parser(sub)
-    node_cmd.add_parser(sub)
-    plugin_cmd.add_parser(sub)
-    profile_cmd.add_parser(sub)
-    run_cmd.add_parser(sub)
+    for name in (only,) if only else COMMANDS:
+        _command_module(name).add_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(only=words[0] if words and words[0] in COMMANDS else None)
+    args = parser.parse_args(words)
     try:
         code: int = args.handler(args)
     except (FakedevError, HarnessError, KubeClientError) as exc:

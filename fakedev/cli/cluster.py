@@ -37,6 +37,12 @@ def add_parser(sub: Any) -> None:
         "--cache", type=Path, default=None, help="cache root (default: $FAKEDEV_CACHE, else ~/.cache/fakedev)"
     )
     b.add_argument("--force", action="store_true", help="rebuild even when the cache is intact")
+    b.add_argument(
+        "--with-node",
+        action="store_true",
+        help=f"also build a real node: kubelet {cluster_build.KUBERNETES_VERSION}, containerd "
+        f"{cluster_build.CONTAINERD_VERSION} (containerd, containerd-shim-runc-v2, ctr) and the pause program",
+    )
     b.set_defaults(handler=_build)
 
     state_help = "where running clusters are recorded (default: ~/.local/state/fakedev/clusters)"
@@ -67,7 +73,8 @@ def add_parser(sub: Any) -> None:
 
 def _build(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    bins = cluster_build.build_binaries(cache_root=args.cache, progress=_stderr, force=args.force)
+    groups = cluster_build.DEFAULT_GROUPS + (cluster_build.NODE_GROUPS if args.with_node else ())
+    bins = cluster_build.build_binaries(cache_root=args.cache, progress=_stderr, force=args.force, groups=groups)
     for name, path in sorted(bins.paths.items()):
         print(f"{name}\t{path}")
     _stderr(f"done in {time.monotonic() - started:.1f}s")

@@ -7,6 +7,7 @@ import asyncio
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +18,14 @@ from fakedev.nics.node import NodeNics, install_node_nics
 from fakedev.profiles import load_profile
 from fakedev.render import Schema, default_schemas
 from harness.cluster import daemon
+from harness.cluster.build import NODE_GROUPS, cached_binaries, default_cache_root
 from harness.cluster.nodes import NodeHeartbeats
+from harness.cluster.pki import CertPair
 from harness.errors import ClusterStateError
 from harness.node.drivers import DriverContext, DriverProcess, template_driver
 from harness.node.emulator import NodeEmulator, NodeSettings, node_root, node_run_id
 from harness.procs import default_run_base
+from harness.realnode.node import RealNode, RealNodeSettings
 from kubeclient import KubeClient
 from kubeclient.resources import PODS
 from linuxns import delete_netns
@@ -56,6 +60,24 @@ def add_parser(sub: Any) -> None:
         help="seconds after a driver disconnects before its slices are wiped (kubelet: 30)",
     )
     r.add_argument("--log-format", choices=logs.FORMATS, default="text")
+    r.add_argument(
+        "--real",
+        action="store_true",
+        help="run a real node instead: kubelet + containerd (built by `fakedev cluster build --with-node`) in a "
+        "private mount namespace, with the profile's plugins registered into the real kubelet",
+    )
+    r.add_argument(
+        "--address",
+        default="127.0.0.1",
+        help="--real: the node's loopback address, also its name (default 127.0.0.1)",
+    )
+    r.add_argument(
+        "--ca",
+        type=Path,
+        default=None,
+        help="--real: directory with the cluster CA (ca.crt, ca.key) to sign the kubelet's certificates; "
+        "default: the pki/ next to the kubeconfig (clusters from `fakedev cluster up`)",
+    )
     r.set_defaults(handler=_run)
     lg = verbs.add_parser("logs", help="print a container's output")
     lg.add_argument("pod")
@@ -109,6 +131,8 @@ def _names(args: argparse.Namespace) -> list[str]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.real:
+        return _run_real(args)
     logs.configure(fmt=args.log_format)
     import logging
 
@@ -187,6 +211,61 @@ def _run(args: argparse.Namespace) -> int:
             beats.stop()
 
     asyncio.run(main())
+    return 0
+
+
+def _run_real(args: argparse.Namespace) -> int:
+    if args.nodes != 1:
+        raise SystemExit("fakedev node run --real: one real node per address; --nodes must be 1")
+    logs.configure(fmt=args.log_format)
+    kubeconfig = kubeconfig_path(args.kubeconfig)
+    ca_dir = args.ca or kubeconfig.parent / "pki"
+    ca = CertPair(cert=ca_dir / "ca.crt", key=ca_dir / "ca.key")
+    if not (ca.cert.is_file() and ca.key.is_file()):
+        raise SystemExit(f"fakedev node run --real: no cluster CA at {ca_dir} (ca.crt, ca.key); give --ca DIR")
+    profile = load_profile(args.profile)
+    schemas = default_schemas(resolve_inventory(profile, node_name="probe"))
+    client = KubeClient.from_kubeconfig(kubeconfig)
+    node = RealNode(
+        settings=RealNodeSettings(
+            binaries=cached_binaries(groups=NODE_GROUPS),
+            server=client.credentials.server,
+            ca=ca,
+            address=args.address,
+            cache_root=default_cache_root(),
+            base=args.base,
+        )
+    )
+    node.start(client=client, progress=lambda step: print(f"real node {args.address}: starting {step}", flush=True))
+    drivers = []
+    try:
+        for schema in schemas:
+            d = DriverProcess(
+                name=f"plugin-{schema.value}",
+                spec=template_driver(plugin_command(profile=args.profile, schema=schema.value)),
+                context=DriverContext(
+                    node=node.name,
+                    kubelet_root=node.layout.kubelet_root,
+                    cdi_dir=node.layout.cdi_dir,
+                    kubeconfig=kubeconfig,
+                ),
+                run=node.run,
+            )
+            d.start()
+            drivers.append(d)
+        print(
+            f"real node {node.name}: kubelet root {node.layout.kubelet_root}, logs {node.run.path / 'logs'} "
+            f"({', '.join(s.driver for s in schemas)}). Ctrl-C stops.",
+            flush=True,
+        )
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        stop.wait()
+    finally:
+        for d in drivers:
+            d.stop()
+        node.stop()
     return 0
 
 

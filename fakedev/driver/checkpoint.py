@@ -72,8 +72,11 @@ def compute_checksum(claims: dict[str, ClaimRecord]) -> str:
 
 
 def render_checkpoint(claims: dict[str, ClaimRecord]) -> bytes:
-    doc: CheckpointFile = {"version": VERSION, "checksum": compute_checksum(claims), "claims": claims}
-    return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
+    """The file: the claims serialized once (canonically, so the checksum covers exactly the bytes written), in a
+    compact document; every prepare and unprepare rewrites it, so its cost grows with the claims held."""
+    canonical = _canonical(claims)
+    checksum = hashlib.sha256(canonical).hexdigest()
+    return b'{"checksum":"%s","claims":%s,"version":"%s"}\n' % (checksum.encode(), canonical, VERSION.encode())
 
 
 def parse_checkpoint(data: bytes, *, source: str) -> dict[str, ClaimRecord]:

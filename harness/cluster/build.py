@@ -54,6 +54,11 @@ class BinaryGroup:
     version_ldflags: bool
     source: Path | None = None
     """The wrapper module's directory; ``None`` means the one shipped in ``gomod/<module>``."""
+    tags: str = BUILD_TAGS
+    extra_ldflags: str = ""
+    """Linker flags besides ``-s -w`` and the Kubernetes version stamps (e.g. another project's version variable)."""
+    own_sources: bool = False
+    """The module's directory holds the program's own Go sources (part of the recipe), not only go.mod/go.sum."""
 
     @property
     def source_dir(self) -> Path:
@@ -79,6 +84,41 @@ ETCD: Final = BinaryGroup(
     version_ldflags=False,
 )
 DEFAULT_GROUPS: Final = (CONTROL_PLANE, ETCD)
+
+CONTAINERD_VERSION: Final = "v2.4.2"
+"""The newest containerd 2 release the Go module proxy served when this was written (2.4.x reads config v3 and v4)."""
+KUBELET: Final = BinaryGroup(
+    group="kubelet",
+    module="kubernetes",
+    version=KUBERNETES_VERSION,
+    programs=(GoProgram(name="kubelet", package="k8s.io/kubernetes/cmd/kubelet"),),
+    version_ldflags=True,
+)
+CONTAINERD: Final = BinaryGroup(
+    group="containerd",
+    module="containerd",
+    version=CONTAINERD_VERSION,
+    programs=(
+        GoProgram(name="containerd", package="github.com/containerd/containerd/v2/cmd/containerd"),
+        GoProgram(
+            name="containerd-shim-runc-v2", package="github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2"
+        ),
+        GoProgram(name="ctr", package="github.com/containerd/containerd/v2/cmd/ctr"),
+    ),
+    version_ldflags=False,
+    tags="no_btrfs",  # btrfs needs cgo; CGO_ENABLED=0 builds without it
+    extra_ldflags=f"-X github.com/containerd/containerd/v2/version.Version={CONTAINERD_VERSION}",
+)
+PAUSE: Final = BinaryGroup(
+    group="pause",
+    module="pause",
+    version="v1",
+    programs=(GoProgram(name="pause", package="fakedev.local/pause"),),
+    version_ldflags=False,
+    own_sources=True,
+)
+NODE_GROUPS: Final = (KUBELET, CONTAINERD, PAUSE)
+"""What a real node needs on top of the control plane (``fakedev cluster build --with-node``)."""
 
 
 class Manifest(TypedDict):
@@ -135,12 +175,22 @@ def compute_recipe_digest(*, group: BinaryGroup, go_mod: bytes, go_sum: bytes) -
         group.version.encode(),
         go_mod,
         go_sum,
-        BUILD_TAGS.encode(),
+        group.tags.encode(),
         compute_ldflags(version=group.version).encode() if group.version_ldflags else b"",
         ",".join(p.package for p in group.programs).encode(),
+        *((group.extra_ldflags.encode(),) if group.extra_ldflags else ()),
+        *((_source_digest(group).encode(),) if group.own_sources else ()),
     ):
         h.update(len(part).to_bytes(8, "big"))
         h.update(part)
+    return h.hexdigest()
+
+
+def _source_digest(group: BinaryGroup) -> str:
+    """A module whose own Go sources are built (not only its go.mod): they are part of the recipe."""
+    h = hashlib.sha256()
+    for path in sorted(group.source_dir.glob("*.go")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
     return h.hexdigest()
 
 
@@ -262,7 +312,7 @@ def build_group(*, group: BinaryGroup, cache_root: Path, progress: Progress, for
         env = _go_env(gopath_workdir=gotmp)
         packages = [p.package for p in group.programs]
         deps = _run_with_heartbeat(
-            [go, "list", "-tags", BUILD_TAGS, "-deps", *packages],
+            [go, "list", "-tags", group.tags, "-deps", *packages],
             cwd=src,
             env=env,
             label=f"{group.group}: downloading modules",
@@ -272,6 +322,8 @@ def build_group(*, group: BinaryGroup, cache_root: Path, progress: Progress, for
         total = len([d for d in deps if d and not d.startswith("go: ")])
         progress(f"{group.group}: {total} packages to compile ({_fmt_elapsed(time.monotonic() - started)})")
         ldflags = compute_ldflags(version=group.version) if group.version_ldflags else "-s -w"
+        if group.extra_ldflags:
+            ldflags += " " + group.extra_ldflags
         for program in group.programs:
             t0 = time.monotonic()
             progress(f"compiling {program.name} {group.version}")
@@ -282,7 +334,7 @@ def build_group(*, group: BinaryGroup, cache_root: Path, progress: Progress, for
                     "-v",
                     "-trimpath",
                     "-tags",
-                    BUILD_TAGS,
+                    group.tags,
                     "-ldflags",
                     ldflags,
                     "-o",

@@ -148,6 +148,10 @@ def render_apiserver_args(*, binary: Path, layout: Layout, ports: Ports, setting
         "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
         "--allow-privileged=true",
         "--kubelet-preferred-address-types=InternalIP",
+        # A real node's kubelet (fakedev node --real) authenticates the API server by this certificate (logs, exec).
+        f"--kubelet-client-certificate={pki / 'admin.crt'}",
+        f"--kubelet-client-key={pki / 'admin.key'}",
+        f"--kubelet-certificate-authority={pki / 'ca.crt'}",
         "--endpoint-reconciler-type=none",
         f"--runtime-config={render_runtime_config(settings.runtime_config)}",
         f"--feature-gates={render_feature_gates(settings.feature_gates)}",

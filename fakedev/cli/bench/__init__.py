@@ -347,6 +347,8 @@ def _scale(results: Results, *, sizes: list[int], pods: int) -> None:
             kube = cluster.client
             run = open_run_dir(purpose="bench")
             _say(f"fleet of {n} dgx-h100 nodes: starting")
+            servers = {c: cluster.processes[c].pid for c in ("kube-apiserver", "etcd")}
+            cpu_before = {c: scale.cpu_seconds(pid) for c, pid in servers.items()}
             fleet = scale.start_fleet(nodes=n, kubeconfig=cluster.kubeconfig, run=run)
             try:
                 rendered = fleet.wait("rendered", timeout=600)
@@ -354,6 +356,12 @@ def _scale(results: Results, *, sizes: list[int], pods: int) -> None:
                 publishing = fleet.wait("publishing", timeout=60)
                 published = fleet.wait("published", timeout=1200)
                 registered = fleet.wait("registered", timeout=60)
+                # Where the publishing CPU went (2 cores shared by the fleet, the API server and etcd).
+                results[f"nodes_{n}_publish_cpu_s_fleet"] = round(scale.cpu_seconds(fleet.process.pid), 1)
+                for c, pid in servers.items():
+                    results[f"nodes_{n}_publish_cpu_s_{c.replace('-', '_')}"] = round(
+                        scale.cpu_seconds(pid) - cpu_before[c], 1
+                    )
                 slices = scale.count_slices(kube)
                 rss, peak = fleet.rss_gib()
                 _say(

@@ -107,9 +107,12 @@ def ensure_class(kube: KubeClient) -> None:
 def published_devices(kube: KubeClient, subject: Subject) -> list[tuple[str, str]]:
     """(pool, device) of the subject's published devices it may use, at most :data:`DEVICES`."""
     found = []
-    for s in kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={subject.node},spec.driver={subject.driver}"):
-        pool = s["spec"]["pool"]["name"]
-        found += [(pool, d["name"]) for d in s["spec"].get("devices") or [] if subject.pick(d)]
+    slices = kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={subject.node},spec.driver={subject.driver}")
+    for s in slices:
+        pool = s["spec"]["pool"]
+        if sum(1 for o in slices if o["spec"]["pool"]["name"] == pool["name"]) < pool["resourceSliceCount"]:
+            return []  # the pool is still being published: wait for all of it
+        found += [(pool["name"], d["name"]) for d in s["spec"].get("devices") or [] if subject.pick(d)]
     return sorted(found)[:DEVICES]
 
 

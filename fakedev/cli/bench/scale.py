@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import threading
 import time
@@ -98,6 +99,12 @@ def start_fleet(*, nodes: int, kubeconfig: Path, run: RunDir, prefix: str = "fle
         str(base),
     ]
     return Fleet(process=start_process(name=f"fleet-{nodes}", argv=argv, run=run), nodes=nodes)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def count_slices(kube: KubeClient, *, driver: str = "gpu.nvidia.com") -> int:

@@ -1,0 +1,3 @@
+module fakedev.local/pause
+
+go 1.26

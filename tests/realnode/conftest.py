@@ -1,0 +1,30 @@
+"""A real kubelet + containerd node on the worker's control plane (one at a time: they share 127.0.0.1:10250)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from harness.cluster.build import NODE_GROUPS, cached_binaries, default_cache_root
+from harness.cluster.local import LocalCluster
+from harness.cluster.pki import CertPair
+from harness.realnode.node import RealNode, RealNodeSettings
+
+
+@pytest.fixture(scope="module")
+def real_node(local_cluster: LocalCluster) -> Iterator[RealNode]:
+    pki = local_cluster.layout.pki
+    node = RealNode(
+        settings=RealNodeSettings(
+            binaries=cached_binaries(groups=NODE_GROUPS),
+            server=local_cluster.server,
+            ca=CertPair(cert=pki / "ca.crt", key=pki / "ca.key"),
+            cache_root=default_cache_root(),
+        )
+    )
+    node.start(client=local_cluster.client)
+    try:
+        yield node
+    finally:
+        node.stop()
