@@ -48,7 +48,7 @@ def test_fleet_publishes_every_nodes_slices_and_registers_its_plugins(
         assert 0 < rss <= peak
     finally:
         fleet.stop()
-        run.close()
+        run.remove()
         for name in names:
             delete_node(kube, name=name)
         for name in names:

@@ -44,7 +44,7 @@ from harness.cluster.local import local_cluster
 from harness.cluster.nodes import register_node
 from harness.conformance.exdriver import EXAMPLE_DRIVER_VERSION, example_driver_spec
 from harness.node.background import BackgroundLoop
-from harness.node.drivers import DriverSpec, template_driver
+from harness.node.drivers import DriverContext, DriverSpec, render_driver_argv, template_driver
 from harness.node.registration import handshake
 from harness.procs import open_run_dir, wait_for
 from linuxns import delete_netns
@@ -134,26 +134,12 @@ def _footprint(results: Results) -> None:
 def _plugin_start(*, profile: str, kubeconfig: Path) -> tuple[float, float]:
     """Seconds from exec to the kubelet handshake answered, and RSS once its slices are published."""
     root = Path(tempfile.mkdtemp(prefix="fd-bench-"))
-    argv = [
-        sys.executable,
-        "-m",
-        "fakedev",
-        "plugin",
-        "--profile",
-        profile,
-        "--node-name",
-        "bench-node",
-        "--kubelet-root",
-        str(root / "k"),
-        "--cdi-dir",
-        str(root / "cdi"),
-        "--kubeconfig",
-        str(kubeconfig),
-        "--log-level",
-        "WARNING",
-    ]
-    if profile == "dgx-h100":
-        argv += ["--schema", "nvidia"]
+    argv = render_driver_argv(
+        plugin_command(
+            profile=profile, schema="nvidia" if profile == "dgx-h100" else "example", extra=("--log-level", "WARNING")
+        ),
+        context=DriverContext(node="bench-node", kubelet_root=root / "k", cdi_dir=root / "cdi", kubeconfig=kubeconfig),
+    )
     t0 = time.monotonic()
     plugin = subprocess.Popen(argv)
     loop = BackgroundLoop()
@@ -175,6 +161,7 @@ def _plugin_start(*, profile: str, kubeconfig: Path) -> tuple[float, float]:
         loop.stop()
         plugin.terminate()
         plugin.wait(timeout=20)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 # -- prepare -----------------------------------------------------------------------------------------------------
@@ -287,7 +274,7 @@ def _prepare(
             shutil.rmtree(cdi_root, ignore_errors=True)
             remove_hardware(nics.hardware)
             delete_netns(nics.hardware.fabric_netns)
-            run.close()
+            run.remove()
     results["claims_per_driver"] = claims
     for key, m in measured.items():
         results[f"{key}_claims"] = m.prepare.count
@@ -390,7 +377,7 @@ def _scale(results: Results, *, sizes: list[int], pods: int) -> None:
                     results[f"nodes_{n}_rss_after_sched_gib"] = rss
             finally:
                 fleet.stop()
-                run.close()
+                run.remove()
     (Path(results["_out"]) / "scale.svg").write_text(
         plots.bar_chart(
             title="emulated dgx-h100 nodes in one process",
@@ -440,7 +427,7 @@ def _scale_up(*, hints: bool, nodes: int, pods: int) -> float:
             return pods / (max(recorder.bound.values()) - t0)
         finally:
             fleet.stop()
-            run.close()
+            run.remove()
 
 
 def _hints(results: Results, *, runs: int, nodes: int, pods: int, out: Path) -> None:
