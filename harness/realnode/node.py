@@ -22,6 +22,7 @@ import contextlib
 import logging
 import os
 import shutil
+import socket
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,6 +45,8 @@ KERNEL_FLAGS: Final = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_
 CGROUP_ROOT: Final = Path("/sys/fs/cgroup")
 START_TIMEOUT: Final = 60.0
 NODE_BINARIES: Final = ("kubelet", "containerd", "containerd-shim-runc-v2", "ctr", "pause")
+KUBELET_PORTS: Final = (10250, 10248)
+"""The kubelet's API and healthz ports on the node's address."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +61,16 @@ class RealNodeSettings:
     cache_root: Path
     base: Path | None = None
     extra_cdi_dirs: tuple[Path, ...] = ()
+
+
+def port_free(address: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((address, port))
+        except OSError:
+            return False
+    return True
 
 
 def read_kernel_flags() -> dict[str, str]:
@@ -156,6 +169,12 @@ class RealNode:
             self._import(image)
 
         progress("kubelet")
+        # A kubelet that had this address before may take a moment to let go of its ports; say so if it does not.
+        wait_for(
+            lambda: all(port_free(s.address, port) for port in KUBELET_PORTS),
+            timeout=30,
+            what=f"ports {', '.join(map(str, KUBELET_PORTS))} on {s.address} to be free (another kubelet there?)",
+        )
         self._write_kubeconfig()
         self.processes["kubelet"] = start_process(
             name="kubelet",
@@ -248,7 +267,9 @@ class RealNode:
     def stop(self) -> None:
         """Everything goes: container tasks, kubelet, containerd, shims, the namespace and its mounts, cgroups."""
         if "containerd" in self.processes and self.processes["containerd"].alive():
-            self._kill_tasks()
+            # A wedged containerd must not keep the rest of the node running: what ctr cannot kill, the reaper does.
+            with contextlib.suppress(subprocess.TimeoutExpired, OSError):
+                self._kill_tasks()
         for name in ("kubelet", "containerd"):
             if name in self.processes:
                 self.processes[name].stop(timeout=15)

@@ -13,7 +13,9 @@ from harness.realnode.node import RealNode, RealNodeSettings
 
 
 @pytest.fixture(scope="module")
-def real_node(local_cluster: LocalCluster) -> Iterator[RealNode]:
+def real_node(local_cluster: LocalCluster, request: pytest.FixtureRequest) -> Iterator[RealNode]:
+    """A module sets ``REAL_NODE_ADDRESS`` to get its own loopback address (and node name): a kubelet's ports are
+    per address, so two modules never wait on each other's kubelet to let go of 10250."""
     pki = local_cluster.layout.pki
     node = RealNode(
         settings=RealNodeSettings(
@@ -21,6 +23,7 @@ def real_node(local_cluster: LocalCluster) -> Iterator[RealNode]:
             server=local_cluster.server,
             ca=CertPair(cert=pki / "ca.crt", key=pki / "ca.key"),
             cache_root=default_cache_root(),
+            address=getattr(request.module, "REAL_NODE_ADDRESS", "127.0.0.1"),
         )
     )
     node.start(client=local_cluster.client)

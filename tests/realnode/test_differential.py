@@ -30,6 +30,7 @@ from kubeclient import KubeClient
 from kubeclient.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS
 
 pytestmark = [pytest.mark.cluster, pytest.mark.privileged, pytest.mark.xdist_group(name="realnode")]
+REAL_NODE_ADDRESS = "127.0.0.2"
 
 CALLS = (
     "GetInfo",
