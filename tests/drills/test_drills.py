@@ -184,7 +184,11 @@ def second_cluster() -> Iterator[LocalCluster]:
         runtime_config={k: v for k, v in RUNTIME_CONFIG.items() if k != "resource.k8s.io/v1alpha3"},
         controllers=tuple(c for c in ClusterSettings().controllers if c != "resourcepoolstatusrequest-controller"),
     )
-    with local_cluster(base=Path(tempfile.mkdtemp(prefix="fd-")), settings=settings) as cluster:
+    # The base goes too once the cluster has stopped (an empty fd-* directory was left per session).
+    with (
+        tempfile.TemporaryDirectory(prefix="fd-") as base,
+        local_cluster(base=Path(base), settings=settings) as cluster,
+    ):
         yield cluster
 
 

@@ -9,6 +9,7 @@ and what is left after deletion. Differences the emulator has on purpose are lis
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -133,6 +134,7 @@ def sides(real_node: RealNode, local_cluster: LocalCluster) -> Iterator[dict[str
         emulated.stop(stop_pods=True)
         loop.stop()
         reap_all(base=base)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def _runtime_log(node: NodeEmulator, namespace: str, pod: str) -> str:
