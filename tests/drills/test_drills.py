@@ -186,7 +186,7 @@ def second_cluster() -> Iterator[LocalCluster]:
     )
     # The base goes too once the cluster has stopped (an empty fd-* directory was left per session).
     with (
-        tempfile.TemporaryDirectory(prefix="fd-") as base,
+        tempfile.TemporaryDirectory(prefix="fd-", ignore_cleanup_errors=True) as base,
         local_cluster(base=Path(base), settings=settings) as cluster,
     ):
         yield cluster
