@@ -57,12 +57,6 @@ class ClaimRecord(TypedDict):
     """UUIDs of the mediated devices prepare created (vGPUs), removed again on unprepare."""
 
 
-class CheckpointFile(TypedDict):
-    version: str
-    checksum: str
-    claims: dict[str, ClaimRecord]
-
-
 def _canonical(claims: dict[str, ClaimRecord]) -> bytes:
     return json.dumps(claims, sort_keys=True, separators=(",", ":")).encode()
 

@@ -44,7 +44,6 @@ log = logging.getLogger("harness.realnode")
 KERNEL_FLAGS: Final = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
 CGROUP_ROOT: Final = Path("/sys/fs/cgroup")
 START_TIMEOUT: Final = 60.0
-NODE_BINARIES: Final = ("kubelet", "containerd", "containerd-shim-runc-v2", "ctr", "pause")
 KUBELET_PORTS: Final = (10250, 10248)
 """The kubelet's API and healthz ports on the node's address."""
 

@@ -50,6 +50,7 @@ from harness.procs import open_run_dir, wait_for
 from linuxns import delete_netns
 
 from . import plots, prepare, scale
+from .procfs import cpu_seconds, memory_mib
 from .stats import Ratio, ratio
 
 SECTIONS: Final = ("footprint", "prepare", "scale", "hints")
@@ -156,7 +157,7 @@ def _plugin_start(*, profile: str, kubeconfig: Path) -> tuple[float, float]:
         loop.call(handshake(reg_sock, registered=[]))
         ready = time.monotonic() - t0
         time.sleep(1.0)  # not a wait on a condition: RSS is sampled after a second of steady state on purpose
-        return ready, prepare.rss_mb(plugin.pid)
+        return ready, round(memory_mib(plugin.pid)["VmRSS"], 1)
     finally:
         loop.stop()
         plugin.terminate()
@@ -335,7 +336,7 @@ def _scale(results: Results, *, sizes: list[int], pods: int) -> None:
             run = open_run_dir(purpose="bench")
             _say(f"fleet of {n} dgx-h100 nodes: starting")
             servers = {c: cluster.processes[c].pid for c in ("kube-apiserver", "etcd")}
-            cpu_before = {c: scale.cpu_seconds(pid) for c, pid in servers.items()}
+            cpu_before = {c: cpu_seconds(pid) for c, pid in servers.items()}
             fleet = scale.start_fleet(nodes=n, kubeconfig=cluster.kubeconfig, run=run)
             try:
                 rendered = fleet.wait("rendered", timeout=600)
@@ -344,10 +345,10 @@ def _scale(results: Results, *, sizes: list[int], pods: int) -> None:
                 published = fleet.wait("published", timeout=1200)
                 registered = fleet.wait("registered", timeout=60)
                 # Where the publishing CPU went (2 cores shared by the fleet, the API server and etcd).
-                results[f"nodes_{n}_publish_cpu_s_fleet"] = round(scale.cpu_seconds(fleet.process.pid), 1)
+                results[f"nodes_{n}_publish_cpu_s_fleet"] = round(cpu_seconds(fleet.process.pid), 1)
                 for c, pid in servers.items():
                     results[f"nodes_{n}_publish_cpu_s_{c.replace('-', '_')}"] = round(
-                        scale.cpu_seconds(pid) - cpu_before[c], 1
+                        cpu_seconds(pid) - cpu_before[c], 1
                     )
                 slices = scale.count_slices(kube)
                 rss, peak = fleet.rss_gib()

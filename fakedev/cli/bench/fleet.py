@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+from fakedev.cli.bench.procfs import memory_mib
 from fakedev.cli.plugin import GIL_SWITCH_SECONDS
 from fakedev.model.inventory import resolve_inventory
 from fakedev.plugin.app import PluginApp, PluginSettings
@@ -43,15 +44,10 @@ REGISTRY_POLL_SECONDS: Final = 1.0
 """The fleet's kubelet side polls each node's registry directory instead of watching it (inotify limits)."""
 
 
-def _rss_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return round(int(line.split()[1]) / 1024, 1)
-    return 0.0
-
-
 def emit(event: str, **fields: Any) -> None:
-    print(json.dumps({"event": event, "t": time.time(), "rssMiB": _rss_mib(), **fields}), flush=True)
+    print(
+        json.dumps({"event": event, "t": time.time(), "rssMiB": round(memory_mib()["VmRSS"], 1), **fields}), flush=True
+    )
 
 
 def node_names(*, prefix: str, count: int) -> list[str]:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from fakedev.cli.bench.procfs import memory_mib
 from harness.cluster.nodes import register_node
 from harness.node.drivers import DriverContext, DriverProcess, DriverSpec
 from harness.node.emulator import DECLARED_FEATURES
@@ -187,13 +188,6 @@ def stop_profiler(spy: subprocess.Popen[bytes]) -> None:
     spy.wait(timeout=60)
 
 
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return round(int(line.split()[1]) / 1024, 1)
-    return 0.0
-
-
 async def measure_subject(
     subject: Subject,
     *,
@@ -248,7 +242,7 @@ async def measure_subject(
                 say(f"{subject.title}: throughput with {c} calls in flight")
                 result.prepare_per_s[c], result.unprepare_per_s[c] = await _throughput(inst, refs, concurrency=c)
         assert driver.process is not None
-        result.rss_mb = rss_mb(driver.process.pid)
+        result.rss_mb = round(memory_mib(driver.process.pid)["VmRSS"], 1)
         return result
     finally:
         driver.stop()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
 import threading
 import time
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from fakedev.cli.bench.procfs import memory_mib
 from harness.errors import NotReadyError
 from harness.procs import Process, RunDir, start_process, wait_for
 from kubeclient import JsonObj, KubeClient
@@ -71,12 +71,8 @@ class Fleet:
 
     def rss_gib(self) -> tuple[float, float]:
         """(current, peak) resident set of the fleet process in GiB."""
-        fields = {}
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                fields[key] = int(value.split()[0]) / 1024 / 1024
-        return round(fields.get("VmRSS", 0.0), 3), round(fields.get("VmHWM", 0.0), 3)
+        mem = memory_mib(self.process.pid)
+        return round(mem["VmRSS"] / 1024, 3), round(mem["VmHWM"] / 1024, 3)
 
     def stop(self) -> None:
         self.process.stop(timeout=60)
@@ -99,12 +95,6 @@ def start_fleet(*, nodes: int, kubeconfig: Path, run: RunDir, prefix: str = "fle
         str(base),
     ]
     return Fleet(process=start_process(name=f"fleet-{nodes}", argv=argv, run=run), nodes=nodes)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time a process has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def count_slices(kube: KubeClient, *, driver: str = "gpu.nvidia.com") -> int:

@@ -1,0 +1,22 @@
+"""What the benchmarks read of a process from /proc: its memory and the CPU time it has used."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def memory_mib(pid: int | str = "self") -> dict[str, float]:
+    """``VmRSS`` (resident now) and ``VmHWM`` (its peak) in MiB."""
+    out = {"VmRSS": 0.0, "VmHWM": 0.0}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in out:
+            out[key] = int(value.split()[0]) / 1024
+    return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
