@@ -40,3 +40,7 @@ class ComponentError(PermanentError):
 
 class ClusterStateError(PermanentError):
     """The cluster state directory is missing or not usable."""
+
+
+class HostBusyError(RetryableError):
+    """A host-wide resource (e.g. the kubepods cgroup a real node uses) is held by another run."""

@@ -6,29 +6,37 @@ import argparse
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from harness.cluster.build import NODE_GROUPS, cached_binaries, default_cache_root
 from harness.cluster.local import local_cluster
+from harness.cluster.pki import CertPair
 from harness.conformance.checks import CATALOG, select
 from harness.conformance.context import conformance_context
 from harness.conformance.exdriver import example_driver_spec
+from harness.conformance.nodes import ConformanceNode, real_node
 from harness.conformance.runner import run_checks
+from harness.node.background import BackgroundLoop
 from harness.node.drivers import template_driver
+from harness.realnode.node import RealNodeSettings
 from harness.reports import compute_exit_code, render_console, render_json, render_junit
 from kubeclient import KubeClient
 
 DESCRIPTION = """\
-Run the DRA driver conformance suite: an emulated node (the kubelet's plugin manager and DRA manager) registers the
-driver under test, the real scheduler allocates its devices, and each check exercises one clause of the kubelet ⇄
-driver contract. Give the driver's command after `--`; these placeholders are filled per node (and also exported as
+Run the DRA driver conformance suite: a node registers the driver under test, the real scheduler allocates its
+devices, and each check exercises one clause of the kubelet ⇄ driver contract. The node is the emulator (the
+kubelet's plugin manager and DRA manager, default) or, with --node real, a real kubelet v1.37 and containerd 2
+(built by `make build`; root; one per host) — then the kubelet registers the driver and runs the checks' pods.
+Give the driver's command after `--`; these placeholders are filled per node (and also exported as
 NODE_NAME, KUBELET_ROOT, KUBELET_REGISTRAR_DIRECTORY_PATH, KUBELET_PLUGINS_DIRECTORY_PATH, CDI_ROOT, KUBECONFIG):
   {node} {kubelet_root} {registry_dir} {plugins_dir} {cdi_dir} {kubeconfig}
 Examples:
   fakedev conformance -- fakedev plugin --profile seed-example --node-name {node} \\
       --kubelet-root {kubelet_root} --cdi-dir {cdi_dir} --kubeconfig {kubeconfig}
   fakedev conformance --example-driver        # sigs.k8s.io/dra-example-driver v0.4.0, built from the Go proxy
+  fakedev conformance --node real --example-driver
 Exit status 0 only when every required check passes.
 """
 
@@ -54,6 +62,23 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="test the kubelet plugin of sigs.k8s.io/dra-example-driver (built by `make build`)",
     )
+    p.add_argument(
+        "--node",
+        choices=["emulated", "real"],
+        default="emulated",
+        help="the node that registers the driver: the emulator (default) or a real kubelet + containerd",
+    )
+    p.add_argument(
+        "--address",
+        default="127.0.0.1",
+        help="--node real: the node's loopback address, also its name (default 127.0.0.1)",
+    )
+    p.add_argument(
+        "--ca",
+        type=Path,
+        default=None,
+        help="--node real with --kubeconfig: the cluster CA directory (ca.crt, ca.key; default: <kubeconfig dir>/pki)",
+    )
     p.add_argument("--junit", type=Path, default=None, help="write JUnit XML here")
     p.add_argument("--json", type=Path, default=None, help="write JSON results here")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- the driver command with placeholders")
@@ -68,13 +93,36 @@ def _listing() -> str:
 
 
 @contextlib.contextmanager
-def _cluster(kubeconfig: Path | None) -> Iterator[tuple[KubeClient, Path]]:
+def _cluster(kubeconfig: Path | None, *, ca: Path | None) -> Iterator[tuple[KubeClient, Path, Path]]:
+    """The cluster's client, kubeconfig and CA directory (the CA signs a real node's certificates)."""
     if kubeconfig is not None:
-        yield KubeClient.from_kubeconfig(kubeconfig), kubeconfig
+        yield KubeClient.from_kubeconfig(kubeconfig), kubeconfig, ca or kubeconfig.parent / "pki"
         return
     print("[conformance] starting a local control plane …", file=sys.stderr, flush=True)
     with local_cluster() as cluster:
-        yield cluster.client, cluster.kubeconfig
+        yield cluster.client, cluster.kubeconfig, cluster.layout.pki
+
+
+def _node_factory(
+    args: argparse.Namespace, *, client: KubeClient, ca_dir: Path
+) -> Callable[[BackgroundLoop], ConformanceNode] | None:
+    if args.node == "emulated":
+        return None
+    ca = CertPair(cert=ca_dir / "ca.crt", key=ca_dir / "ca.key")
+    if not (ca.cert.is_file() and ca.key.is_file()):
+        raise SystemExit(f"fakedev conformance --node real: no cluster CA at {ca_dir} (ca.crt, ca.key); give --ca DIR")
+    settings = RealNodeSettings(
+        binaries=cached_binaries(groups=NODE_GROUPS),
+        server=client.credentials.server,
+        ca=ca,
+        address=args.address,
+        cache_root=default_cache_root(),
+    )
+    return real_node(
+        client=client,
+        settings=settings,
+        progress=lambda step: print(f"[conformance] real node {args.address}: {step}", file=sys.stderr, flush=True),
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -95,13 +143,24 @@ def _run(args: argparse.Namespace) -> int:
     def progress(message: str) -> None:
         print(f"[conformance] {message}", file=sys.stderr, flush=True)
 
-    with (
-        _cluster(args.kubeconfig) as (client, kubeconfig),
-        conformance_context(client=client, kubeconfig=kubeconfig, driver=driver) as ctx,
-    ):
+    if args.ca is not None and args.node != "real":
+        raise SystemExit("fakedev conformance: --ca is for --node real")
+    with contextlib.ExitStack() as stack:
+        client, kubeconfig, ca_dir = stack.enter_context(_cluster(args.kubeconfig, ca=args.ca))
+        ctx = stack.enter_context(
+            conformance_context(
+                client=client,
+                kubeconfig=kubeconfig,
+                driver=driver,
+                node=_node_factory(args, client=client, ca_dir=ca_dir),
+            )
+        )
         results = run_checks(ctx, checks, progress=progress)
         name = ctx.driver_name or "(unregistered)"
-    title = f"DRA conformance: {name} — {driver.description[:100]}"
+    title = (
+        f"DRA conformance: {name} on {'a real kubelet' if args.node == 'real' else 'the node emulator'} — "
+        + (driver.description[:100])
+    )
     print(render_console(results, title=title))
     if args.junit:
         args.junit.parent.mkdir(parents=True, exist_ok=True)
@@ -109,6 +168,14 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(
-            render_json(results, meta={"driver": name, "command": driver.description, "host": os.uname().nodename})
+            render_json(
+                results,
+                meta={
+                    "driver": name,
+                    "command": driver.description,
+                    "node": args.node,
+                    "host": os.uname().nodename,
+                },
+            )
         )
     return compute_exit_code(results)

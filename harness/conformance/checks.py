@@ -73,8 +73,8 @@ def check_handshake(ctx: ConformanceContext) -> None:
     _expect(bool(reg.driver), "PluginInfo.name (the driver name) is empty")
     _expect(reg.endpoint.is_absolute(), f"endpoint {reg.endpoint} is not an absolute path")
     _expect(reg.endpoint.exists(), f"the advertised endpoint {reg.endpoint} does not exist")
-    refused = [e for e in ctx.node.plugins.events if e.kind == "refused"]
-    _expect(not refused, f"an earlier registration attempt was refused: {refused[0].detail if refused else ''}")
+    refused = ctx.node.refusals()
+    _expect(not refused, f"an earlier registration attempt was refused: {refused[0] if refused else ''}")
 
 
 def check_versions(ctx: ConformanceContext) -> None:
@@ -419,12 +419,14 @@ def check_pod(ctx: ConformanceContext) -> None:
         predicate=lambda p: (p.get("status") or {}).get("phase") in ("Running", "Failed"),
     )
     _expect(pod["status"]["phase"] == "Running", f"the pod did not run: {pod['status']}")
-    worker = ctx.node.pod_worker(namespace=ctx.namespace, name=pod_name)
-    assert worker is not None
-    wait_for(lambda: bool(worker.container_logs()), timeout=20, what="container output")
+    wait_for(
+        lambda: bool(ctx.node.container_output(namespace=ctx.namespace, pod=pod_name)),
+        timeout=20,
+        what="container output",
+    )
     ctx.client.delete(PODS, pod_name, namespace=ctx.namespace, grace_seconds=1)
     wait_for(
-        lambda: ctx.node.pod_worker(namespace=ctx.namespace, name=pod_name) is None,
+        lambda: ctx.node.torn_down(namespace=ctx.namespace, pod=pod_name),
         timeout=45,
         what="pod torn down (unprepare)",
     )

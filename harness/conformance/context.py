@@ -1,9 +1,9 @@
-"""Everything a conformance check can use: the cluster, an emulated node, the driver under test, helpers.
+"""Everything a conformance check can use: the cluster, a node, the driver under test, helpers.
 
-The driver is started from a command line with placeholders (see :mod:`harness.node.drivers`), registered through
-the emulator's plugin manager exactly as a kubelet would, and given a DeviceClass that selects its devices. Claims
-for gRPC-level checks are allocated by the real scheduler through pods the emulator is told to leave alone, so the
-checks call ``NodePrepareResources`` themselves.
+The driver is started from a command line with placeholders (see :mod:`harness.node.drivers`), registered by the
+node — the emulator's plugin manager, or a real kubelet (:mod:`harness.conformance.nodes`) — and given a DeviceClass
+that selects its devices. Claims for gRPC-level checks are allocated by the real scheduler through pods; the checks
+call ``NodePrepareResources`` themselves over a connection of their own to the driver's endpoint.
 """
 
 from __future__ import annotations
@@ -13,24 +13,22 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from harness.cluster.nodes import NodeHeartbeats
+from harness.conformance.nodes import UNMANAGED_LABEL, ConformanceNode, EmulatedConformanceNode
 from harness.kube.waits import wait_list, wait_object
-from harness.node.background import BackgroundLoop, BackgroundNode
+from harness.node.background import BackgroundLoop
 from harness.node.dra_client import DraConnection
 from harness.node.drivers import DriverContext, DriverProcess, DriverSpec
-from harness.node.emulator import NodeEmulator, NodeSettings
 from harness.node.plugins import PluginInstance
 from harness.reaper import reap_all
 from kubeclient import JsonObj, KubeClient
 from kubeclient.resources import DEVICE_CLASSES, NAMESPACES, NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from kubeletapi.types import ClaimRef, PrepareResult
 
-UNMANAGED_LABEL: Final = "conformance.fakedev.io/direct"
 REGISTRATION_TIMEOUT: Final = 30.0
 
 
@@ -39,12 +37,9 @@ class ConformanceContext:
     client: KubeClient
     kubeconfig: Path
     driver: DriverSpec
-    node_name: str
-    base: Path
-    loop: BackgroundLoop = field(default_factory=BackgroundLoop)
-    background: BackgroundNode | None = None
+    node: ConformanceNode
+    loop: BackgroundLoop
     process: DriverProcess | None = None
-    heartbeats: NodeHeartbeats | None = None
     namespace: str = ""
     device_class: str = ""
     driver_name: str = ""
@@ -53,24 +48,15 @@ class ConformanceContext:
     # -- set-up and tear-down ------------------------------------------------------------------------------------
 
     @property
-    def node(self) -> NodeEmulator:
-        assert self.background is not None and self.background.node is not None
-        return self.background.node
+    def node_name(self) -> str:
+        return self.node.name
 
     @property
     def cdi_dir(self) -> Path:
-        return self.node.paths.cdi
+        return self.node.cdi_dir
 
     def start(self) -> None:
-        self.loop.start()
-        self.heartbeats = NodeHeartbeats(client=self.client)
-        self.heartbeats.start()
-        settings = NodeSettings(
-            name=self.node_name, base=self.base, unmanaged_label=UNMANAGED_LABEL, rootfs_cache=self.base / "cache"
-        )
-        self.background = BackgroundNode(settings=settings, client=self.client, loop=self.loop)
-        self.background.start()
-        self.heartbeats.add(self.node_name)
+        self.node.start()
         self.namespace = f"conformance-{os.urandom(3).hex()}"
         self.client.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}})
         self.process = DriverProcess(
@@ -79,18 +65,18 @@ class ConformanceContext:
             run=self.node.run,
             context=DriverContext(
                 node=self.node_name,
-                kubelet_root=self.node.paths.kubelet_root,
-                cdi_dir=self.node.paths.cdi,
+                kubelet_root=self.node.kubelet_root,
+                cdi_dir=self.node.cdi_dir,
                 kubeconfig=self.kubeconfig,
             ),
         )
         self.process.start()
 
     def wait_registered(self, *, timeout: float = REGISTRATION_TIMEOUT) -> PluginInstance:
-        """The driver's registration, as the emulated kubelet accepted it."""
+        """The driver's registration, as the node (emulated or real kubelet) accepted it."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            registered = list(self.node.plugins.instances.values())
+            registered = self.node.registrations()
             if registered:
                 inst = registered[0]
                 if not self.driver_name:
@@ -101,8 +87,8 @@ class ConformanceContext:
                 code = self.process.process.popen.returncode if self.process.process else "?"
                 raise AssertionError(f"the driver exited (code {code}); log tail:\n{self.driver_log()}")
             time.sleep(0.1)
-        events = "; ".join(f"{e.kind}: {e.detail}" for e in self.node.plugins.events) or "no registration attempt"
-        raise AssertionError(f"the driver did not register within {timeout:.0f}s ({events})")
+        refused = "; ".join(self.node.refusals()) or "no refused registration"
+        raise AssertionError(f"the driver did not register within {timeout:.0f}s ({refused})")
 
     def _make_device_class(self) -> None:
         self.device_class = f"conformance-{self.namespace}"
@@ -118,23 +104,18 @@ class ConformanceContext:
 
     def stop(self) -> None:
         with contextlib.suppress(Exception):
-            for pod in self.client.list(PODS, namespace=self.namespace):
-                self.client.delete(PODS, pod["metadata"]["name"], namespace=self.namespace, grace_seconds=0)
+            self.delete_pods()  # while the driver still runs: a real kubelet unprepares them through it
         if self.process is not None:
             self.process.stop()
-        if self.background is not None and self.background.node is not None:
-            self.background.stop(stop_pods=True)
+        self.node.stop()
         with contextlib.suppress(Exception):
             if self.device_class:
                 self.client.delete(DEVICE_CLASSES, self.device_class)
             self.client.delete(NAMESPACES, self.namespace)
             for s in self.client.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={self.node_name}"):
                 self.client.delete(RESOURCE_SLICES, s["metadata"]["name"])
-            self.client.delete(NODES, self.node_name)
-        if self.heartbeats is not None:
-            self.heartbeats.stop()
-        self.loop.stop()
-        reap_all(base=self.base)
+            if self.node.kind == "emulated":  # a real kubelet's Node is its own to keep or drop
+                self.client.delete(NODES, self.node_name)
 
     def driver_log(self, *, lines: int = 40) -> str:
         if self.process is None or not self.process.log_path.exists():
@@ -177,25 +158,27 @@ class ConformanceContext:
         labels = {} if managed else {UNMANAGED_LABEL: "true"}
         self.client.create(
             PODS,
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": name, "labels": labels},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "terminationGracePeriodSeconds": 1,
-                    "nodeSelector": {"kubernetes.io/hostname": self.node_name},
-                    "resourceClaims": [{"name": "dev", "resourceClaimName": claim}],
-                    "containers": [
-                        {
-                            "name": "c",
-                            "image": "busybox",
-                            "command": ["sh", "-c", command],
-                            "resources": {"claims": [{"name": "dev"}]},
-                        }
-                    ],
-                },
-            },
+            self.node.adapt_pod(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": name, "labels": labels},
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "terminationGracePeriodSeconds": 1,
+                        "nodeSelector": {"kubernetes.io/hostname": self.node_name},
+                        "resourceClaims": [{"name": "dev", "resourceClaimName": claim}],
+                        "containers": [
+                            {
+                                "name": "c",
+                                "image": "busybox",
+                                "command": ["sh", "-c", command],
+                                "resources": {"claims": [{"name": "dev"}]},
+                            }
+                        ],
+                    },
+                }
+            ),
             namespace=self.namespace,
         )
         return name
@@ -263,7 +246,7 @@ class ConformanceContext:
         self.process.start()
         deadline = time.monotonic() + REGISTRATION_TIMEOUT
         while time.monotonic() < deadline:
-            fresh = [i for i in self.node.plugins.instances.values() if i.registration.registered_at > since]
+            fresh = [i for i in self.node.registrations() if i.registration.registered_at > since]
             if fresh:
                 return fresh[0]
             time.sleep(0.1)
@@ -277,16 +260,27 @@ class ConformanceContext:
         out = {"driver log": self.driver_log(lines=200)}
         for f in self.cdi_files():
             out[f"CDI {f.name}"] = f.read_text(errors="replace")[:4000]
-        for f in self.node.paths.plugins.rglob("checkpoint*.json"):
-            out[f"checkpoint {f.relative_to(self.node.paths.plugins)}"] = f.read_text(errors="replace")[:4000]
-        if self.node.paths.checkpoint.exists():
-            out["kubelet checkpoint"] = self.node.paths.checkpoint.read_text(errors="replace")[:4000]
+        out.update(self.node.artifacts())
         return out
+
+    def delete_pods(self, *, timeout: float = 60.0) -> None:
+        """Delete the run's pods and wait until the node has let them go. The emulator leaves the checks' pods
+        alone, so they go at once; a real kubelet stops each and unprepares its claims before the API forgets it."""
+        grace = 0 if self.node.kind == "emulated" else 1
+        for pod in self.client.list(PODS, namespace=self.namespace):
+            self.client.delete(PODS, pod["metadata"]["name"], namespace=self.namespace, grace_seconds=grace)
+        wait_list(
+            self.client,
+            PODS,
+            namespace=self.namespace,
+            timeout=timeout,
+            predicate=lambda items: not items,
+            what="the check's pods gone from the node",
+        )
 
     def reset(self, *, timeout: float = 60.0) -> None:
         """Delete the pods and claims a check made, and wait until their devices are free again."""
-        for pod in self.client.list(PODS, namespace=self.namespace):
-            self.client.delete(PODS, pod["metadata"]["name"], namespace=self.namespace, grace_seconds=0)
+        self.delete_pods(timeout=timeout)
         for claim in self.client.list(RESOURCE_CLAIMS, namespace=self.namespace):
             self.client.delete(RESOURCE_CLAIMS, claim["metadata"]["name"], namespace=self.namespace)
         wait_list(
@@ -306,19 +300,31 @@ def conformance_context(
     kubeconfig: Path,
     driver: DriverSpec,
     node_name: str | None = None,
+    node: Callable[[BackgroundLoop], ConformanceNode] | None = None,
 ) -> Iterator[ConformanceContext]:
-    """Start an emulated node and the driver under test; tear both down afterwards."""
+    """Start a node (an emulated one unless ``node`` makes another) and the driver under test; tear both down
+    afterwards."""
     base = Path(tempfile.mkdtemp(prefix="fd-"))  # short: Unix socket paths stay under 108 bytes
+    loop = BackgroundLoop()
+    loop.start()
     ctx = ConformanceContext(
         client=client,
         kubeconfig=kubeconfig,
         driver=driver,
-        node_name=node_name or f"conformance-{os.urandom(3).hex()}",
-        base=base,
+        loop=loop,
+        node=node(loop)
+        if node is not None
+        else EmulatedConformanceNode(
+            client=client, loop=loop, node_name=node_name or f"conformance-{os.urandom(3).hex()}", base=base
+        ),
     )
     try:
         ctx.start()
         yield ctx
     finally:
-        ctx.stop()
-        shutil.rmtree(base, ignore_errors=True)
+        try:
+            ctx.stop()
+        finally:
+            loop.stop()
+            reap_all(base=base)
+            shutil.rmtree(base, ignore_errors=True)

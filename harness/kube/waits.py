@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from harness.errors import NotReadyError
 from kubeclient.client import JsonObj, KubeClient
 from kubeclient.errors import ApiError
-from kubeclient.resources import Resource
+from kubeclient.resources import EVENTS, PODS, Resource
 
 POLL_SECONDS = 0.1
 
@@ -76,6 +77,48 @@ def wait_list(
                 f"timed out after {timeout:.0f}s waiting for {res.plural}: {what or 'condition'} ({len(items)} seen)"
             )
         time.sleep(POLL_SECONDS)
+
+
+def wait_pod_phase(
+    client: KubeClient, name: str, *, namespace: str, phase: str = "Running", timeout: float = 120.0
+) -> JsonObj:
+    """Return the pod once it is in ``phase``; on time-out say where it got stuck: its containers' states and the
+    pod's latest events (a pod that never starts usually explains itself there)."""
+    try:
+        return wait_object(
+            client,
+            PODS,
+            name,
+            namespace=namespace,
+            predicate=lambda p: p.get("status", {}).get("phase") == phase,
+            timeout=timeout,
+            what=f"phase {phase}",
+        )
+    except NotReadyError as exc:
+        raise NotReadyError(f"{exc}; {describe_pod(client, name, namespace=namespace)}") from None
+
+
+def describe_pod(client: KubeClient, name: str, *, namespace: str) -> str:
+    """One line on a pod: phase, node, each container's state, and its last five events."""
+    pod = client.get_or_none(PODS, name, namespace=namespace)
+    if pod is None:
+        return f"pod {namespace}/{name} does not exist"
+    status = pod.get("status", {})
+    states = []
+    for container in status.get("containerStatuses") or []:
+        state: dict[str, Any] = container.get("state") or {}
+        for kind, detail in state.items() or {"unknown": {}}.items():
+            reason = detail.get("reason") if isinstance(detail, dict) else None
+            states.append(f"{container.get('name')}={kind}" + (f"({reason})" if reason else ""))
+    events = sorted(
+        client.list(EVENTS, namespace=namespace, field_selector=f"involvedObject.name={name}"),
+        key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""),
+    )[-5:]
+    said = [f"{e.get('reason')}: {str(e.get('message', ''))[:200]}" for e in events]
+    return (
+        f"phase={status.get('phase')} node={pod.get('spec', {}).get('nodeName')} containers=[{', '.join(states)}] "
+        f"events=[{' | '.join(said) or 'none'}]"
+    )
 
 
 def _summary(obj: JsonObj | None) -> str:

@@ -264,7 +264,8 @@ class DraManager:
             if result is None:
                 raise PrepareError(f"{driver} returned no result for claim {info.namespace}/{info.name}")
             if result.error:
-                raise PrepareError(f"prepare of claim {info.namespace}/{info.name} by {driver} failed: {result.error}")
+                # The kubelet's words (the differential test compares them): the claim's name, the driver's error.
+                raise PrepareError(f"NodePrepareResources failed for ResourceClaim {info.name}: {result.error}")
             info.devices[driver] = list(result.devices)
 
     async def unprepare_pod(self, pod_uid: str) -> None:

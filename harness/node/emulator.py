@@ -324,7 +324,10 @@ class NodeEmulator:
                     if report is None:
                         continue
                     rid = d.cdi_device_ids[0] if d.cdi_device_ids else f"{driver}/{d.pool}/{d.device}"
-                    resources.append({"resourceID": rid, "health": report.health.name.title()})
+                    resource = {"resourceID": rid, "health": report.health.name.title()}
+                    if report.message:  # ResourceHealthStatusMessage (beta, on in 1.37): the kubelet passes it on
+                        resource["message"] = report.message
+                    resources.append(resource)
             if resources:
                 entries.append(
                     {

@@ -12,6 +12,8 @@ from kubeclient import ApiError, KubeClient
 from kubeclient.resources import EVENTS
 
 FAILED_PREPARE: Final = "FailedPrepareDynamicResources"
+FAILED_PREPARE_PREFIX: Final = "Failed to prepare dynamic resources: prepare dynamic resources: "
+"""How the kubelet words the event: its event text, then its manager's wrapping, then the cause."""
 FAILED_UNPREPARE: Final = "FailedUnprepareDynamicResources"
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 import cdi
 from harness.errors import ComponentError, HarnessError
 from harness.node.dra_manager import PrepareError
-from harness.node.events import FAILED_PREPARE, FAILED_UNPREPARE, record_event
+from harness.node.events import FAILED_PREPARE, FAILED_PREPARE_PREFIX, FAILED_UNPREPARE, record_event
 from harness.node.netdevices import apply_net_devices, release_net_devices
 from harness.node.podclaims import compute_container_cdi_ids
 from harness.procs import wait_for
@@ -148,7 +148,7 @@ class PodWorker:
                 pod=self.pod,
                 node=self.node.name,
                 reason=FAILED_PREPARE,
-                message=str(exc),
+                message=f"{FAILED_PREPARE_PREFIX}{exc}",
                 warning=True,
             )
 

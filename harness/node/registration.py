@@ -8,6 +8,7 @@ from scratch on its next round.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -95,8 +96,13 @@ def compute_registration_problem(
     return None
 
 
-async def handshake(registration_socket: Path, *, registered: Sequence[tuple[str, Path]]) -> Registration:
-    """Register one plugin the way the kubelet does, or raise HandshakeError saying why not."""
+async def handshake(
+    registration_socket: Path, *, registered: Sequence[tuple[str, Path]], notify: bool = True
+) -> Registration:
+    """Register one plugin the way the kubelet does, or raise HandshakeError saying why not.
+
+    ``notify=False`` only reads: GetInfo and the kubelet's rules, no NotifyRegistrationStatus — for an observer
+    beside a real kubelet, which has told the plugin already."""
     async with aio.insecure_channel(f"unix:{registration_socket}") as channel:
         try:
             await asyncio.wait_for(channel.channel_ready(), DIAL_TIMEOUT)
@@ -119,11 +125,11 @@ async def handshake(registration_socket: Path, *, registered: Sequence[tuple[str
         endpoint = Path(info.endpoint) if info.endpoint else registration_socket
         problem = compute_registration_problem(info, registered=registered, endpoint=endpoint)
         if problem is not None:
-            notified = True
-            try:
-                await _notify(stub, registered_ok=False, error=problem)
-            except grpc.RpcError:
-                notified = False
+            notified = False
+            if notify:
+                with contextlib.suppress(grpc.RpcError):
+                    await _notify(stub, registered_ok=False, error=problem)
+                    notified = True
             raise HandshakeError(f"registration of {registration_socket} refused: {problem}", notified=notified)
         dra_version = compute_dra_version(info.supported_versions)
         assert dra_version is not None
@@ -137,7 +143,8 @@ async def handshake(registration_socket: Path, *, registered: Sequence[tuple[str
             registered_at=time.monotonic(),
         )
         try:
-            await _notify(stub, registered_ok=True, error="")
+            if notify:
+                await _notify(stub, registered_ok=True, error="")
         except grpc.RpcError as exc:
             raise HandshakeError(f"NotifyRegistrationStatus failed: {_rpc_text(exc)}", notified=False) from exc
         return registration

@@ -35,6 +35,7 @@ from harness.cluster.pki import Authority, CertPair
 from harness.errors import ComponentError, NotReadyError
 from harness.procs import Process, RunDir, kill_run_processes, open_run_dir, start_process, wait_for
 from harness.realnode.config import NodeLayout, render_containerd_config, render_kubelet_config
+from harness.realnode.hostlock import DEFAULT_LOCK, HostLock
 from harness.realnode.images import ImageTarball, ensure_images
 from kubeclient import KubeClient
 from kubeclient.resources import NODES
@@ -60,6 +61,9 @@ class RealNodeSettings:
     cache_root: Path
     base: Path | None = None
     extra_cdi_dirs: tuple[Path, ...] = ()
+    host_lock: Path = DEFAULT_LOCK
+    lock_timeout: float = 0.0
+    """How long to wait for another real node on this host to stop (0: fail at once, naming it)."""
 
 
 def port_free(address: str, port: int) -> bool:
@@ -104,6 +108,7 @@ class RealNode:
     layout: NodeLayout = field(init=False)
     processes: dict[str, Process] = field(default_factory=dict)
     _kernel_flags: dict[str, str] = field(default_factory=dict)
+    _lock: HostLock | None = None
 
     @property
     def name(self) -> str:
@@ -116,7 +121,14 @@ class RealNode:
 
     def start(self, *, client: KubeClient, progress: Callable[[str], None] = lambda _m: None) -> None:
         s = self.settings
-        self.run = open_run_dir(purpose="realnode", base=s.base)
+        lock = HostLock(path=s.host_lock)
+        lock.acquire(owner=f"node {s.address}", timeout=s.lock_timeout, on_wait=progress)
+        self._lock = lock
+        try:
+            self.run = open_run_dir(purpose="realnode", base=s.base)
+        except BaseException:
+            self._release()
+            raise
         self.layout = NodeLayout(root=self.run.path, shim_sockets=Path(f"/tmp/fd-shim-{self.run.run_id}"))
         try:
             self._start(client=client, progress=progress)
@@ -265,6 +277,12 @@ class RealNode:
 
     def stop(self) -> None:
         """Everything goes: container tasks, kubelet, containerd, shims, the namespace and its mounts, cgroups."""
+        try:
+            self._stop()
+        finally:
+            self._release()
+
+    def _stop(self) -> None:
         if "containerd" in self.processes and self.processes["containerd"].alive():
             # A wedged containerd must not keep the rest of the node running: what ctr cannot kill, the reaper does.
             with contextlib.suppress(subprocess.TimeoutExpired, OSError):
@@ -280,6 +298,11 @@ class RealNode:
             write_kernel_flags(self._kernel_flags)
         shutil.rmtree(self.layout.shim_sockets, ignore_errors=True)
         self.run.remove()
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def _kill_tasks(self) -> None:
         listing = self._ctr("tasks", "list", "--quiet", timeout=20)

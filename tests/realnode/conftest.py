@@ -1,4 +1,5 @@
-"""A real kubelet + containerd node on the worker's control plane (one at a time: they share 127.0.0.1:10250)."""
+"""A real kubelet + containerd node on the worker's control plane (one per host at a time: they share the kubepods
+cgroup; the xdist group keeps them on one worker and the host lock makes sure)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ def real_node(local_cluster: LocalCluster, request: pytest.FixtureRequest) -> It
             ca=CertPair(cert=pki / "ca.crt", key=pki / "ca.key"),
             cache_root=default_cache_root(),
             address=getattr(request.module, "REAL_NODE_ADDRESS", "127.0.0.1"),
+            lock_timeout=900,  # another worker's real node (never with loadgroup; the lock makes sure)
         )
     )
     node.start(client=local_cluster.client)

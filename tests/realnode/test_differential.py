@@ -1,26 +1,39 @@
-"""Differential: one scenario on the node emulator and on the real kubelet, compared as the plugin and the user see it.
+"""Differential: the same scenarios on the node emulator and on the real kubelet, compared as the plugin and the user
+see them. Each scenario runs on both nodes at once (one thread each) against one fake ``gpu.example.com`` plugin per
+node, and what is compared is normalized only for names that must differ (node, pod, claim, uid):
 
-The scenario is a pod with a claim from a template for one ``gpu.example.com`` device (the seed example's driver),
-run to Running and deleted. Compared: the sequence of calls the fake plugin receives (registration, health stream,
-prepare and unprepare with their batch sizes), the container's first line, the claim's status while the pod runs,
-and what is left after deletion. Differences the emulator has on purpose are listed in docs/real-node.md.
+- a pod with a claim from a template, to Running and deleted: the calls the plugin receives with their batch sizes,
+  the container's output, the claim's status, what is left afterwards;
+- a device turning Unhealthy and back under a running pod: the container's ``allocatedResourcesStatus``;
+- a NodePrepareResources that fails once: the pod's warning event, then Running on the retry;
+- the plugin killed and started again under a running pod: re-registration, the pod left alone, unprepare by the new
+  instance;
+- the plugin killed for good: the node's ResourceSlices wiped after the kubelet's grace period.
+
+Differences the emulator has on purpose are listed in docs/real-node.md and the README.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import pytest
 
+from fakedev.plugin.control import call_control
+from fakedev.plugin.paths import PluginPaths
 from harness.cluster.local import LocalCluster
+from harness.kube.waits import wait_list, wait_object, wait_pod_phase
 from harness.node.background import BackgroundLoop, BackgroundNode
 from harness.node.emulator import NodeEmulator, NodeSettings
 from harness.procs import wait_for
@@ -28,11 +41,19 @@ from harness.realnode.images import BUSYBOX_IMAGE
 from harness.realnode.node import RealNode
 from harness.reaper import reap_all
 from kubeclient import KubeClient
-from kubeclient.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS
+from kubeclient.resources import (
+    DEVICE_CLASSES,
+    EVENTS,
+    PODS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.privileged, pytest.mark.xdist_group(name="realnode")]
 REAL_NODE_ADDRESS = "127.0.0.2"
 
+DRIVER = "gpu.example.com"
 CALLS = (
     "GetInfo",
     "registered with the kubelet",
@@ -40,24 +61,64 @@ CALLS = (
     "NodePrepareResources",
     "NodeUnprepareResources",
 )
+INJECTED = "injected by the differential test"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True)
 class Side:
     """One node (emulated or real) with a fake seed-example plugin whose JSON log we read."""
 
+    tag: str
     node: str
     kubelet_root: Path
     cdi_dir: Path
-    plugin_log: Path
+    logs: Path
+    kubeconfig: Path
     container_output: Callable[[str, str], str]
     """(namespace, pod) → the container's output. The real kubelet serves it through the API server; the emulator
     has no kubelet HTTP endpoint (a known difference), so its runtime's log is read directly."""
+    plugins: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def plugin_log(self) -> Path:
+        """The log of the current plugin instance (each start gets its own)."""
+        return self.logs / f"diff-plugin-{self.tag}-{len(self.plugins)}.log"
+
+    def start_plugin(self) -> None:
+        """Start a plugin instance (after any earlier one) and wait for its registration and health stream."""
+        log = self.logs / f"diff-plugin-{self.tag}-{len(self.plugins) + 1}.log"
+        argv = [
+            sys.executable, "-m", "fakedev", "plugin", "--profile", "seed-example", "--node-name", self.node,
+            "--kubelet-root", str(self.kubelet_root), "--cdi-dir", str(self.cdi_dir),
+            "--kubeconfig", str(self.kubeconfig), "--log-level", "INFO", "--log-format", "json",
+        ]  # fmt: skip
+        with log.open("wb") as out:  # the child keeps its own copy of the descriptor
+            self.plugins.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT))
+        wait_for(
+            lambda: {("registered with the kubelet", 0), ("health stream opened", 0)} <= set(self.calls()),
+            timeout=60,
+            what=f"{self.node}: registration and the health stream",
+            abort=lambda: None if self.plugins[-1].poll() is None else AssertionError(log.read_text()[-2000:]),
+        )
+
+    def kill_plugin(self) -> None:
+        """SIGKILL: no chance to clean up, as when a driver pod is evicted or crashes."""
+        proc = self.plugins[-1]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=20)
+
+    def stop_plugins(self) -> None:
+        for proc in self.plugins:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=20)
 
     def calls(self) -> list[tuple[str, int]]:
-        """(call, claims in it) as the plugin logged them, in order."""
+        """(call, claims in it) as the current plugin instance logged them, in order."""
         out = []
-        for line in self.plugin_log.read_text(errors="replace").splitlines():
+        text = self.plugin_log.read_text(errors="replace") if self.plugin_log.exists() else ""
+        for line in text.splitlines():
             try:
                 doc = json.loads(line)
             except ValueError:
@@ -66,20 +127,16 @@ class Side:
                 out.append((doc["msg"], int(doc.get("claims", 0))))
         return out
 
+    def control(self, request: Mapping[str, Any]) -> None:
+        answer = call_control(PluginPaths(kubelet_root=self.kubelet_root, driver=DRIVER).control_socket, request)
+        assert answer.get("ok"), answer
 
-def _start_plugin(
-    *, node: str, kubelet_root: Path, cdi_dir: Path, kubeconfig: Path, log: Path
-) -> subprocess.Popen[bytes]:
-    with log.open("wb") as out:  # the child keeps its own copy of the descriptor
-        return subprocess.Popen(
-            [
-                sys.executable, "-m", "fakedev", "plugin", "--profile", "seed-example", "--node-name", node,
-                "--kubelet-root", str(kubelet_root), "--cdi-dir", str(cdi_dir), "--kubeconfig", str(kubeconfig),
-                "--log-level", "INFO", "--log-format", "json",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )  # fmt: skip
+
+def registration_set(calls: list[tuple[str, int]]) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """Split calls into the registration phase (sorted: the kubelet opens the health stream concurrently with its
+    NotifyRegistrationStatus, so their order is not defined) and the rest, in order."""
+    start = next((i for i, (call, _n) in enumerate(calls) if call.startswith("Node")), len(calls))
+    return sorted(calls[:start]), calls[start:]
 
 
 @pytest.fixture(scope="module")
@@ -92,135 +149,50 @@ def sides(real_node: RealNode, local_cluster: LocalCluster) -> Iterator[dict[str
         settings=NodeSettings(name="diff-emulated", base=base), client=local_cluster.client, loop=loop
     )
     node = emulated.start()
-    procs = []
+    out = {
+        "emulated": Side(
+            tag="emulated",
+            node=node.name,
+            kubelet_root=node.paths.kubelet_root,
+            cdi_dir=node.paths.cdi,
+            logs=base,
+            kubeconfig=local_cluster.kubeconfig,
+            container_output=lambda ns, pod: _runtime_log(node, ns, pod),
+        ),
+        "real": Side(
+            tag="real",
+            node=real_node.name,
+            kubelet_root=real_node.layout.kubelet_root,
+            cdi_dir=real_node.layout.cdi_dir,
+            logs=real_node.layout.logs,
+            kubeconfig=local_cluster.kubeconfig,
+            container_output=lambda ns, pod: api_log(kube, ns, pod),
+        ),
+    }
     try:
-        out = {
-            "emulated": Side(
-                node=node.name,
-                kubelet_root=node.paths.kubelet_root,
-                cdi_dir=node.paths.cdi,
-                plugin_log=base / "plugin.log",
-                container_output=lambda ns, pod: _runtime_log(node, ns, pod),
-            ),
-            "real": Side(
-                node=real_node.name,
-                kubelet_root=real_node.layout.kubelet_root,
-                cdi_dir=real_node.layout.cdi_dir,
-                plugin_log=real_node.layout.logs / "diff-plugin.log",
-                container_output=lambda ns, pod: api_log(kube, ns, pod),
-            ),
-        }
-        for side in out.values():
-            procs.append(
-                _start_plugin(
-                    node=side.node,
-                    kubelet_root=side.kubelet_root,
-                    cdi_dir=side.cdi_dir,
-                    kubeconfig=local_cluster.kubeconfig,
-                    log=side.plugin_log,
-                )
-            )
-        for side in out.values():
-            wait_for(
-                lambda s=side: ("health stream opened", 0) in s.calls(),  # type: ignore[misc]
-                timeout=60,
-                what=f"{side.node}: registration and the health stream",
-            )
+        both(out, lambda side: side.start_plugin())
+        kube.create(
+            DEVICE_CLASSES,
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceClass",
+                "metadata": {"name": "diff-example-gpu"},
+                "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
+            },
+        )
         yield out
     finally:
-        for p in procs:
-            p.terminate()
-            p.wait(timeout=20)
+        for side in out.values():
+            side.stop_plugins()
+        kube.delete(DEVICE_CLASSES, "diff-example-gpu")
         emulated.stop(stop_pods=True)
         loop.stop()
         reap_all(base=base)
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _runtime_log(node: NodeEmulator, namespace: str, pod: str) -> str:
-    worker = node.pod_worker(namespace=namespace, name=pod)
-    return worker.container_logs() if worker else ""
-
-
-def api_log(kube: KubeClient, namespace: str, pod: str) -> str:
-    status, text = kube.get_text(f"/api/v1/namespaces/{namespace}/pods/{pod}/log")
-    return text if status == 200 else ""
-
-
-def _scenario(kube: KubeClient, side: Side, *, namespace: str, tag: str) -> dict[str, Any]:
-    """Run the pod to Running, read what a user sees, delete it; returns the observations."""
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": f"diff-{tag}", "namespace": namespace},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": side.node},
-            "hostNetwork": True,
-            "automountServiceAccountToken": False,
-            "terminationGracePeriodSeconds": 2,
-            "restartPolicy": "Never",
-            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "diff-gpu"}],
-            "containers": [
-                {
-                    "name": "c",
-                    "image": BUSYBOX_IMAGE,
-                    "imagePullPolicy": "Never",
-                    "command": ["sh", "-c", "echo device allocated; env | grep ^GPU_DEVICE_ | sort; sleep 3600"],
-                    "resources": {"claims": [{"name": "gpu"}]},
-                }
-            ],
-        },
-    }
-    kube.create(PODS, pod, namespace=namespace)
-    name = pod["metadata"]["name"]  # type: ignore[index]
-    wait_for(
-        lambda: kube.get(PODS, name, namespace=namespace).get("status", {}).get("phase") == "Running",
-        timeout=120,
-        what=f"{name} Running on {side.node}",
-    )
-    log = ""
-
-    def logged() -> bool:
-        nonlocal log
-        log = side.container_output(namespace, name)
-        return log.startswith("device allocated") and "GPU_DEVICE" in log
-
-    wait_for(logged, timeout=30, what=f"{name}'s output")
-    claim = next(c for c in kube.list(RESOURCE_CLAIMS, namespace=namespace) if c["metadata"]["name"].startswith(name))
-    observed = {
-        "first_line": log.splitlines()[0],
-        "env_names": sorted(line.split("=", 1)[0] for line in log.splitlines()[1:]),
-        "reserved_for": [r["resource"] for r in claim["status"].get("reservedFor", [])],
-        "device_conditions": [c["type"] for d in claim["status"].get("devices", []) for c in d.get("conditions", [])],
-        "cdi_files_while_running": len([p for p in side.cdi_dir.iterdir() if claim["metadata"]["uid"] in p.name]),
-    }
-    kube.delete(PODS, name, namespace=namespace)
-    wait_for(lambda: kube.get_or_none(PODS, name, namespace=namespace) is None, timeout=60, what=f"{name} gone")
-    wait_for(
-        lambda: ("NodeUnprepareResources", 1) in side.calls(), timeout=60, what=f"{side.node}: NodeUnprepareResources"
-    )
-    wait_for(
-        lambda: kube.get_or_none(RESOURCE_CLAIMS, claim["metadata"]["name"], namespace=namespace) is None,
-        timeout=60,
-        what="the generated claim deleted",
-    )
-    observed["cdi_files_after"] = len([p for p in side.cdi_dir.iterdir() if claim["metadata"]["uid"] in p.name])
-    observed["calls"] = side.calls()
-    return observed
-
-
-def test_emulated_and_real_node_agree_on_a_claim_template_pod(
-    sides: dict[str, Side], kube: KubeClient, test_namespace: str
-) -> None:
-    kube.create(
-        DEVICE_CLASSES,
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": "diff-example-gpu"},
-            "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.example.com"'}}]},
-        },
-    )
+@pytest.fixture
+def template(kube: KubeClient, test_namespace: str) -> str:
     kube.create(
         RESOURCE_CLAIM_TEMPLATES,
         {
@@ -233,18 +205,281 @@ def test_emulated_and_real_node_agree_on_a_claim_template_pod(
         },
         namespace=test_namespace,
     )
-    try:
-        seen = {tag: _scenario(kube, side, namespace=test_namespace, tag=tag) for tag, side in sides.items()}
-    finally:
-        kube.delete(DEVICE_CLASSES, "diff-example-gpu")
+    return "diff-gpu"
+
+
+def both(sides: dict[str, Side], scenario: Callable[[Side], T]) -> dict[str, T]:
+    """Run ``scenario`` on both nodes at once; their clocks (kubelet back-offs, grace periods) then overlap."""
+    with ThreadPoolExecutor(max_workers=len(sides)) as pool:
+        futures = {tag: pool.submit(scenario, side) for tag, side in sides.items()}
+        return {tag: f.result() for tag, f in futures.items()}
+
+
+def _runtime_log(node: NodeEmulator, namespace: str, pod: str) -> str:
+    worker = node.pod_worker(namespace=namespace, name=pod)
+    return worker.container_logs() if worker else ""
+
+
+def api_log(kube: KubeClient, namespace: str, pod: str) -> str:
+    status, text = kube.get_text(f"/api/v1/namespaces/{namespace}/pods/{pod}/log")
+    return text if status == 200 else ""
+
+
+def normalize(value: T, names: Mapping[str, str]) -> T:
+    """``value`` with every occurrence of each name (node, pod, claim, uid) replaced by its placeholder."""
+    return cast(T, _replace(value, names))
+
+
+def _replace(value: Any, names: Mapping[str, str]) -> Any:
+    if isinstance(value, str):
+        for name, placeholder in sorted(names.items(), key=lambda kv: -len(kv[0])):
+            value = value.replace(name, placeholder)
+        return value
+    if isinstance(value, list):
+        return [_replace(v, names) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_replace(v, names) for v in value)
+    if isinstance(value, dict):
+        return {k: _replace(v, names) for k, v in value.items()}
+    return value
+
+
+def _pod(side: Side, *, name: str, namespace: str, template: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": side.node},
+            "hostNetwork": True,
+            "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 2,
+            "restartPolicy": "Never",
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
+            "containers": [
+                {
+                    "name": "c",
+                    "image": BUSYBOX_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["sh", "-c", "echo device allocated; env | grep ^GPU_DEVICE_ | sort; sleep 3600"],
+                    "resources": {"claims": [{"name": "gpu"}]},
+                }
+            ],
+        },
+    }
+
+
+def _claim_of(kube: KubeClient, *, namespace: str, pod: str) -> dict[str, Any]:
+    def mine(claim: dict[str, Any]) -> bool:
+        return str(claim["metadata"]["name"]).startswith(f"{pod}-")
+
+    items = wait_list(
+        kube, RESOURCE_CLAIMS, namespace=namespace, predicate=lambda cs: any(map(mine, cs)), what=f"{pod}'s claim"
+    )
+    return next(c for c in items if mine(c))
+
+
+def _run_pod(
+    kube: KubeClient, side: Side, *, name: str, namespace: str, template: str
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Create the pod and wait for Running; returns its claim and the names to normalize."""
+    kube.create(PODS, _pod(side, name=name, namespace=namespace, template=template), namespace=namespace)
+    pod = wait_pod_phase(kube, name, namespace=namespace, phase="Running", timeout=120)
+    claim = _claim_of(kube, namespace=namespace, pod=name)
+    names = {
+        side.node: "<node>",
+        name: "<pod>",
+        claim["metadata"]["name"]: "<claim>",
+        claim["metadata"]["uid"]: "<claim-uid>",
+        pod["metadata"]["uid"]: "<pod-uid>",
+    }
+    return claim, names
+
+
+def _delete_pod(kube: KubeClient, side: Side, *, name: str, namespace: str, unprepared_before: int) -> None:
+    kube.delete(PODS, name, namespace=namespace)
+    wait_for(lambda: kube.get_or_none(PODS, name, namespace=namespace) is None, timeout=60, what=f"{name} gone")
+    wait_for(
+        lambda: side.calls().count(("NodeUnprepareResources", 1)) > unprepared_before,
+        timeout=60,
+        what=f"{side.node}: NodeUnprepareResources for {name}",
+    )
+
+
+def _slices(kube: KubeClient, side: Side) -> list[dict[str, Any]]:
+    return kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={side.node},spec.driver={DRIVER}")
+
+
+# -- scenarios --------------------------------------------------------------------------------------------------
+
+
+def test_a_claim_template_pod_runs_and_is_cleaned_up_alike(
+    sides: dict[str, Side], kube: KubeClient, test_namespace: str, template: str
+) -> None:
+    def scenario(side: Side) -> dict[str, Any]:
+        name = f"diff-{side.tag}"
+        before = len(side.calls())
+        claim, names = _run_pod(kube, side, name=name, namespace=test_namespace, template=template)
+        log = ""
+
+        def logged() -> bool:
+            nonlocal log
+            log = side.container_output(test_namespace, name)
+            return log.startswith("device allocated") and "GPU_DEVICE" in log
+
+        wait_for(logged, timeout=30, what=f"{name}'s output")
+        claim = kube.get(RESOURCE_CLAIMS, claim["metadata"]["name"], namespace=test_namespace)
+        uid = claim["metadata"]["uid"]
+        observed: dict[str, Any] = {
+            "first_line": log.splitlines()[0],
+            "env_names": sorted(line.split("=", 1)[0] for line in log.splitlines()[1:]),
+            "reserved_for": [r["resource"] for r in claim["status"].get("reservedFor", [])],
+            "device_conditions": [
+                c["type"] for d in claim["status"].get("devices", []) for c in d.get("conditions", [])
+            ],
+            "cdi_files_while_running": len([p for p in side.cdi_dir.iterdir() if uid in p.name]),
+        }
+        _delete_pod(kube, side, name=name, namespace=test_namespace, unprepared_before=0)
+        wait_for(
+            lambda: kube.get_or_none(RESOURCE_CLAIMS, claim["metadata"]["name"], namespace=test_namespace) is None,
+            timeout=60,
+            what="the generated claim deleted",
+        )
+        observed["cdi_files_after"] = len([p for p in side.cdi_dir.iterdir() if uid in p.name])
+        observed["calls"] = side.calls()[before:]
+        observed["registration"], _rest = registration_set(side.calls())
+        return normalize(observed, names)
+
+    seen = both(sides, scenario)
     emulated, real = seen["emulated"], seen["real"]
     assert real["first_line"] == "device allocated"
-    assert real["calls"] == [
-        ("GetInfo", 0),
-        ("registered with the kubelet", 0),
-        ("health stream opened", 0),
-        ("NodePrepareResources", 1),
-        ("NodeUnprepareResources", 1),
-    ]
+    assert real["registration"] == sorted(
+        [("GetInfo", 0), ("registered with the kubelet", 0), ("health stream opened", 0)]
+    )
+    assert real["calls"] == [("NodePrepareResources", 1), ("NodeUnprepareResources", 1)]
     # Everything the plugin and the user observe is the same on both nodes.
     assert emulated == real
+
+
+def test_an_unhealthy_device_shows_in_the_containers_allocated_resources_status_alike(
+    sides: dict[str, Side], kube: KubeClient, test_namespace: str, template: str
+) -> None:
+    def health_of(pod: dict[str, Any]) -> list[Any]:
+        return [cs.get("allocatedResourcesStatus") for cs in pod.get("status", {}).get("containerStatuses") or []]
+
+    def reported(health: str) -> Callable[[dict[str, Any]], bool]:
+        return lambda pod: any(
+            r.get("health") == health for s in health_of(pod) for e in s or [] for r in e.get("resources", [])
+        )
+
+    def scenario(side: Side) -> dict[str, Any]:
+        name = f"health-{side.tag}"
+        unprepared = side.calls().count(("NodeUnprepareResources", 1))
+        claim, names = _run_pod(kube, side, name=name, namespace=test_namespace, template=template)
+        device = claim["status"]["allocation"]["devices"]["results"][0]["device"]
+        observed: dict[str, Any] = {
+            "before": health_of(wait_object(kube, PODS, name, namespace=test_namespace, predicate=reported("Healthy")))
+        }
+        side.control({"op": "set-health", "device": device, "health": "Unhealthy", "message": "XID 79"})
+        pod = wait_object(kube, PODS, name, namespace=test_namespace, predicate=reported("Unhealthy"), timeout=60)
+        observed["unhealthy"] = health_of(pod)
+        observed["phase_while_unhealthy"] = pod["status"]["phase"]
+        side.control({"op": "set-health", "device": device, "health": "Healthy"})
+        pod = wait_object(kube, PODS, name, namespace=test_namespace, predicate=reported("Healthy"), timeout=60)
+        observed["healthy_again"] = health_of(pod)
+        _delete_pod(kube, side, name=name, namespace=test_namespace, unprepared_before=unprepared)
+        return normalize(observed, names)
+
+    seen = both(sides, scenario)
+    assert seen["real"]["phase_while_unhealthy"] == "Running"
+    assert seen["emulated"] == seen["real"]
+
+
+def test_a_failing_prepare_is_reported_and_retried_alike(
+    sides: dict[str, Side], kube: KubeClient, test_namespace: str, template: str
+) -> None:
+    def scenario(side: Side) -> dict[str, Any]:
+        name = f"failing-{side.tag}"
+        before = len(side.calls())
+        unprepared = side.calls().count(("NodeUnprepareResources", 1))
+        side.control({"op": "set-fault", "call": "prepare", "fault": {"failTimes": 1, "error": INJECTED}})
+        try:
+            _claim, names = _run_pod(kube, side, name=name, namespace=test_namespace, template=template)
+        finally:
+            side.control({"op": "clear-faults"})
+        events = kube.list(EVENTS, namespace=test_namespace, field_selector=f"involvedObject.name={name}")
+        observed: dict[str, Any] = {
+            "warnings": sorted(
+                (e["type"], e["reason"], e["message"])
+                for e in events
+                if e.get("reason") == "FailedPrepareDynamicResources"
+            ),
+            "prepare_calls": side.calls()[before:].count(("NodePrepareResources", 1)),
+        }
+        pod = kube.get(PODS, name, namespace=test_namespace)
+        observed["restarts"] = [cs.get("restartCount") for cs in pod["status"].get("containerStatuses", [])]
+        _delete_pod(kube, side, name=name, namespace=test_namespace, unprepared_before=unprepared)
+        return normalize(observed, names)
+
+    seen = both(sides, scenario)
+    real = seen["real"]
+    assert real["prepare_calls"] == 2, real
+    assert [(kind, reason) for kind, reason, _m in real["warnings"]] == [("Warning", "FailedPrepareDynamicResources")]
+    assert INJECTED in real["warnings"][0][2]
+    assert seen["emulated"] == real
+
+
+def test_a_restarted_plugin_is_registered_again_and_the_running_pod_is_left_alone_alike(
+    sides: dict[str, Side], kube: KubeClient, test_namespace: str, template: str
+) -> None:
+    def scenario(side: Side) -> dict[str, Any]:
+        name = f"restart-{side.tag}"
+        _claim, names = _run_pod(kube, side, name=name, namespace=test_namespace, template=template)
+        container = kube.get(PODS, name, namespace=test_namespace)["status"]["containerStatuses"][0]
+        slices = sorted(s["metadata"]["name"] for s in _slices(kube, side))
+        side.kill_plugin()
+        side.start_plugin()
+        pod = kube.get(PODS, name, namespace=test_namespace)
+        after = pod["status"]["containerStatuses"][0]
+        observed: dict[str, Any] = {
+            "phase_after_restart": pod["status"]["phase"],
+            "same_container": after.get("containerID") == container.get("containerID"),
+            "restarts": after.get("restartCount"),
+            "slices_kept": sorted(s["metadata"]["name"] for s in _slices(kube, side)) == slices,
+        }
+        _delete_pod(kube, side, name=name, namespace=test_namespace, unprepared_before=0)
+        observed["registration"], observed["calls"] = registration_set(side.calls())
+        return normalize(observed, names)
+
+    seen = both(sides, scenario)
+    real = seen["real"]
+    assert real["phase_after_restart"] == "Running" and real["same_container"], real
+    assert real["calls"] == [("NodeUnprepareResources", 1)], "the new instance unprepares the old one's claim"
+    assert seen["emulated"] == real
+
+
+def test_the_nodes_slices_are_wiped_after_the_grace_period_when_the_plugin_is_gone_alike(
+    sides: dict[str, Side], kube: KubeClient
+) -> None:
+    def scenario(side: Side) -> dict[str, Any]:
+        assert _slices(kube, side), f"{side.node} has no {DRIVER} slices to wipe"
+        side.kill_plugin()
+        gone_at = time.monotonic()
+        wait_list(
+            kube,
+            RESOURCE_SLICES,
+            field_selector=f"spec.nodeName={side.node},spec.driver={DRIVER}",
+            predicate=lambda items: not items,
+            timeout=120,
+            what=f"{side.node}'s {DRIVER} slices wiped",
+        )
+        waited = time.monotonic() - gone_at
+        side.start_plugin()  # and back: the slices are published again
+        wait_for(lambda: bool(_slices(kube, side)), timeout=30, what=f"{side.node}'s slices published again")
+        return {"waited_s": waited}
+
+    seen = both(sides, scenario)
+    # The kubelet waits 30 s for a plugin to come back before it wipes (a restart must not drop every allocation
+    # candidate at once); the emulator keeps the same grace. Polling adds at most a second or two.
+    for tag, observed in seen.items():
+        assert 28 <= observed["waited_s"] <= 45, (tag, observed)

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from harness.cluster.local import LocalCluster
+from harness.kube.waits import wait_pod_phase
 from harness.procs import wait_for
 from harness.realnode.images import BUSYBOX_IMAGE
 from harness.realnode.node import RealNode
@@ -80,11 +81,7 @@ def test_real_kubelet_runs_the_seed_example_through_the_fake_plugin(
     name = pod["metadata"]["name"]  # type: ignore[index]
     try:
         kube.create(PODS, pod, namespace="default")
-        wait_for(
-            lambda: kube.get(PODS, name, namespace="default").get("status", {}).get("phase") == "Running",
-            timeout=120,
-            what=f"pod {name} Running on the real node",
-        )
+        wait_pod_phase(kube, name, namespace="default", phase="Running", timeout=120)
         status, output = kube.get_text(f"/api/v1/namespaces/default/pods/{name}/log")
         assert status == 200, output
         lines = output.splitlines()
