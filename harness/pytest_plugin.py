@@ -28,7 +28,7 @@ import pytest
 
 from harness.cluster.build import cached_binaries
 from harness.cluster.local import LocalCluster, start_local_cluster
-from harness.cluster.nodes import NodeHeartbeats
+from harness.cluster.nodes import NodeHeartbeats, delete_node
 from harness.conformance.checks import Check
 from harness.conformance.context import ConformanceContext, conformance_context
 from harness.conformance.runner import run_check
@@ -188,6 +188,7 @@ def emulated_node(local_cluster: LocalCluster, unique_name: str) -> Iterator[Nod
         yield emulator
     finally:
         node.stop(stop_pods=True)
+        delete_node(local_cluster.client, name=unique_name)  # its slices must not attract later tests' pods
         loop.stop()
         reap_all(base=base)
         shutil.rmtree(base, ignore_errors=True)

@@ -12,7 +12,7 @@ from typing import Any, Final
 from harness.cluster.build import KUBERNETES_VERSION
 from kubeclient.client import JsonObj, KubeClient
 from kubeclient.errors import ApiError
-from kubeclient.resources import LEASES, NODES
+from kubeclient.resources import LEASES, NODES, RESOURCE_SLICES
 
 LEASE_NAMESPACE: Final = "kube-node-lease"
 LEASE_SECONDS: Final = 40
@@ -132,6 +132,9 @@ def renew_lease(client: KubeClient, *, name: str) -> None:
 
 
 def delete_node(client: KubeClient, *, name: str) -> None:
+    """Decommission a node: its ResourceSlices first (the garbage collector would remove them after the Node, but
+    the scheduler must not allocate from a node that is gone meanwhile), then the Node and its Lease."""
+    client.delete_collection(RESOURCE_SLICES, field_selector=f"spec.nodeName={name}")
     client.delete(NODES, name)
     client.delete(LEASES, name, namespace=LEASE_NAMESPACE)
 

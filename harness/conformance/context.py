@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from harness.cluster.nodes import delete_node
 from harness.conformance.nodes import UNMANAGED_LABEL, ConformanceNode, EmulatedConformanceNode
 from harness.kube.waits import wait_list, wait_object
 from harness.node.background import BackgroundLoop
@@ -26,7 +27,7 @@ from harness.node.drivers import DriverContext, DriverProcess, DriverSpec
 from harness.node.plugins import PluginInstance
 from harness.reaper import reap_all
 from kubeclient import JsonObj, KubeClient
-from kubeclient.resources import DEVICE_CLASSES, NAMESPACES, NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from kubeclient.resources import DEVICE_CLASSES, NAMESPACES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from kubeletapi.types import ClaimRef, PrepareResult
 
 REGISTRATION_TIMEOUT: Final = 30.0
@@ -112,10 +113,8 @@ class ConformanceContext:
             if self.device_class:
                 self.client.delete(DEVICE_CLASSES, self.device_class)
             self.client.delete(NAMESPACES, self.namespace)
-            for s in self.client.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={self.node_name}"):
-                self.client.delete(RESOURCE_SLICES, s["metadata"]["name"])
-            if self.node.kind == "emulated":  # a real kubelet's Node is its own to keep or drop
-                self.client.delete(NODES, self.node_name)
+            if self.node.kind == "emulated":  # a real node decommissions itself when it stops
+                delete_node(self.client, name=self.node_name)
 
     def driver_log(self, *, lines: int = 40) -> str:
         if self.process is None or not self.process.log_path.exists():
@@ -130,6 +129,7 @@ class ConformanceContext:
 
     def allocated_claim(self, *, pods: int = 1, managed: bool = False, command: str = "sleep 3600") -> JsonObj:
         """A claim for one device of the driver, allocated by the real scheduler and reserved for ``pods`` pods."""
+        self.wait_registered()  # the DeviceClass is made once the driver's name is known (e.g. under --only)
         name = self._name("claim")
         self.client.create(
             RESOURCE_CLAIMS,
@@ -184,6 +184,7 @@ class ConformanceContext:
         return name
 
     def unallocated_claim(self) -> JsonObj:
+        self.wait_registered()
         name = self._name("idle")
         return self.client.create(
             RESOURCE_CLAIMS,

@@ -38,9 +38,9 @@ from kubeclient.resources import PODS
 UNMANAGED_LABEL: Final = "conformance.fakedev.io/direct"
 KUBELET_CONNECTED: Final = re.compile(r'driverName="(?P<driver>[^"]+)".*connected=true')
 """The kubelet's line for a DRA plugin it registered and connected to (``--v=2``)."""
-KUBELET_REFUSED: Final = re.compile(r"RegisterPlugin error -- plugin validation failed[^\n]*")
-"""The kubelet's line for a registration it refused (its handler's ValidatePlugin said no); a GetInfo that failed
-because the socket went away during a restart is not a refusal."""
+KUBELET_REFUSED: Final = re.compile(r"RegisterPlugin error -- (?!failed to get plugin info)[^\n]*")
+"""The kubelet's line for a registration it refused (no handler for the plugin's type, validation failed, …); a
+GetInfo that failed because the socket went away during a restart is not a refusal."""
 
 
 class ConformanceNode(Protocol):
@@ -175,6 +175,7 @@ class RealConformanceNode:
     _accepted: Counter[str] = field(default_factory=Counter)
     """Instances taken per driver: each needs a kubelet registration line of its own."""
     _counted: int = 0
+    _refused_before: int = 0
 
     @property
     def name(self) -> str:
@@ -196,12 +197,13 @@ class RealConformanceNode:
         if self.start_node is not None:
             self.start_node()
         # Registrations from before this run (another driver under a shared node) are not this run's.
-        self._counted = len(KUBELET_CONNECTED.findall(self.node.log_text("kubelet")))
+        log = self.node.log_text("kubelet")
+        self._counted = len(KUBELET_CONNECTED.findall(log))
+        self._refused_before = len(KUBELET_REFUSED.findall(log))
 
     def stop(self) -> None:
         for inst in self._seen.values():
-            with contextlib.suppress(Exception):
-                self.loop.call(inst.connection.close(), timeout=5)
+            self._close(inst)
         self._seen.clear()
         if self.start_node is not None:
             self.node.stop()
@@ -209,21 +211,30 @@ class RealConformanceNode:
     def registrations(self) -> list[PluginInstance]:
         connected = Counter(KUBELET_CONNECTED.findall(self.node.log_text("kubelet"))[self._counted :])
         registry = self.kubelet_root / "plugins_registry"
-        for socket in sorted(registry.glob("*.sock"), key=lambda p: p.stat().st_mtime):
-            key = _socket_key(socket)
-            if key is None or key in self._seen:
+        for socket in sorted(registry.glob("*.sock")):
+            key = _socket_key(socket)  # None: the socket went away since the listing
+            if key is None:
+                continue
+            known = self._seen.get(key)
+            # A socket seen before is a new instance only if the kubelet registered one more: a plugin restarted
+            # at once often gets the freed inode number of its old socket.
+            if known is not None and self._accepted[known.driver] >= connected[known.driver]:
                 continue
             with contextlib.suppress(HandshakeError, HarnessError, OSError):
                 registration = self.loop.call(handshake(socket, registered=(), notify=False), timeout=15)
                 if self._accepted[registration.driver] < connected[registration.driver]:
                     self._accepted[registration.driver] += 1
+                    if known is not None:
+                        self._close(known)
                     self._seen[key] = PluginInstance(
-                        registration=registration,
-                        connection=self._connect(registration.endpoint),
-                        socket_id=key,
+                        registration=registration, connection=self._connect(registration.endpoint), socket_id=key
                     )
         live = {k: i for k, i in self._seen.items() if _socket_key(i.registration.registration_socket) == k}
         return sorted(live.values(), key=lambda i: i.registration.registered_at)
+
+    def _close(self, inst: PluginInstance) -> None:
+        with contextlib.suppress(Exception):
+            self.loop.call(inst.connection.close(), timeout=5)
 
     def _connect(self, endpoint: Path) -> DraConnection:
         async def make() -> DraConnection:
@@ -232,7 +243,7 @@ class RealConformanceNode:
         return self.loop.call(make())
 
     def refusals(self) -> list[str]:
-        return KUBELET_REFUSED.findall(self.node.log_text("kubelet"))
+        return KUBELET_REFUSED.findall(self.node.log_text("kubelet"))[self._refused_before :]
 
     def adapt_pod(self, pod: dict[str, Any]) -> dict[str, Any]:
         spec = pod["spec"]

@@ -13,7 +13,8 @@ Layout and isolation (each step is one that the first run on these machines show
   ``system:node:<ip>`` and a serving certificate from the cluster CA;
 - the three sysctls the kubelet sets on start (``vm.overcommit_memory``, ``kernel.panic``,
   ``kernel.panic_on_oops``) are put back as they were;
-- stop kills every container task, containerd, the kubelet and the holder, and removes the ``kubepods`` cgroups.
+- stop kills every container task, containerd, the kubelet and the holder, removes the ``kubepods`` cgroups, and
+  deletes the Node and its ResourceSlices (nothing else would: a stopped kubelet cannot wipe them).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Final
 
 from harness.cluster.build import BinarySet
 from harness.cluster.config import render_kubeconfig
+from harness.cluster.nodes import delete_node
 from harness.cluster.pki import Authority, CertPair
 from harness.errors import ComponentError, NotReadyError
 from harness.procs import Process, RunDir, kill_run_processes, open_run_dir, start_process, wait_for
@@ -38,6 +40,7 @@ from harness.realnode.config import NodeLayout, render_containerd_config, render
 from harness.realnode.hostlock import DEFAULT_LOCK, HostLock
 from harness.realnode.images import ImageTarball, ensure_images
 from kubeclient import KubeClient
+from kubeclient.errors import ApiError
 from kubeclient.resources import NODES
 
 log = logging.getLogger("harness.realnode")
@@ -109,6 +112,7 @@ class RealNode:
     processes: dict[str, Process] = field(default_factory=dict)
     _kernel_flags: dict[str, str] = field(default_factory=dict)
     _lock: HostLock | None = None
+    _client: KubeClient | None = None
 
     @property
     def name(self) -> str:
@@ -124,6 +128,7 @@ class RealNode:
         lock = HostLock(path=s.host_lock)
         lock.acquire(owner=f"node {s.address}", timeout=s.lock_timeout, on_wait=progress)
         self._lock = lock
+        self._client = client
         try:
             self.run = open_run_dir(purpose="realnode", base=s.base)
         except BaseException:
@@ -294,6 +299,7 @@ class RealNode:
         if "mount-namespace" in self.processes:
             self.processes["mount-namespace"].stop(timeout=5)
         remove_kubepods_cgroups()
+        self._forget_node()
         if self._kernel_flags:
             write_kernel_flags(self._kernel_flags)
         shutil.rmtree(self.layout.shim_sockets, ignore_errors=True)
@@ -303,6 +309,15 @@ class RealNode:
         if self._lock is not None:
             self._lock.release()
             self._lock = None
+
+    def _forget_node(self) -> None:
+        """Delete the Node and its ResourceSlices, as decommissioning a node does: a stopped kubelet cannot wipe its
+        slices, and a Node that stays Ready-looking (no node-lifecycle controller here) would keep attracting pods
+        and allocations to devices nobody serves."""
+        if self._client is None:
+            return
+        with contextlib.suppress(ApiError, OSError):
+            delete_node(self._client, name=self.settings.address)
 
     def _kill_tasks(self) -> None:
         listing = self._ctr("tasks", "list", "--quiet", timeout=20)

@@ -37,6 +37,16 @@ def _conformance(
     return proc, json.loads(out.read_text())
 
 
+def _unexpected(report: dict[str, Any], expected: dict[str, str]) -> str:
+    """Each check whose verdict differs, with its message and artifacts (the kubelet's log tail among them)."""
+    out = []
+    for r in report["results"]:
+        if r["outcome"] != expected.get(r["id"]):
+            out.append(f"== {r['id']}: {r['outcome']} (expected {expected.get(r['id'])}): {r['message']}")
+            out.extend(f"-- {name}:\n{text[-3000:]}" for name, text in r.get("details", {}).items())
+    return "\n".join(out)
+
+
 def test_every_check_passes_against_fakedev_under_a_real_kubelet(local_cluster: LocalCluster, tmp_path: Path) -> None:
     proc, report = _conformance(
         local_cluster,
@@ -44,10 +54,8 @@ def test_every_check_passes_against_fakedev_under_a_real_kubelet(local_cluster: 
         "--", sys.executable, "-m", "fakedev", "plugin", "--profile", "seed-example", "--node-name", "{node}",
         "--kubelet-root", "{kubelet_root}", "--cdi-dir", "{cdi_dir}", "--kubeconfig", "{kubeconfig}",
     )  # fmt: skip
-    outcomes = {r["id"]: r["outcome"] for r in report["results"]}
-    assert outcomes == {c.id: "passed" for c in CATALOG}, [
-        (r["id"], r["message"]) for r in report["results"] if r["outcome"] != "passed"
-    ]
+    expected = {c.id: "passed" for c in CATALOG}
+    assert {r["id"]: r["outcome"] for r in report["results"]} == expected, _unexpected(report, expected)
     assert proc.returncode == 0 and report["node"] == "real" and report["driver"] == "gpu.example.com"
     assert f"real node {ADDRESS}" in proc.stderr  # it started its own node …
     assert all(port_free(ADDRESS, port) for port in KUBELET_PORTS)  # … and stopped it
@@ -61,7 +69,25 @@ def test_the_example_driver_gets_the_same_verdicts_as_on_the_emulator(
     proc, report = _conformance(local_cluster, tmp_path / "example.json", "--example-driver")
     expected = {c.id: "passed" for c in CATALOG}
     expected |= {"errors.per-claim": "failed", "metadata.kep5304": "skipped", "status.devices": "skipped"}
-    assert {r["id"]: r["outcome"] for r in report["results"]} == expected, [
-        (r["id"], r["message"]) for r in report["results"] if r["message"]
-    ]
+    assert {r["id"]: r["outcome"] for r in report["results"]} == expected, _unexpected(report, expected)
     assert proc.returncode == 0  # the failure and the skips are in recommended checks
+
+
+def test_a_plugin_the_real_kubelet_refuses_fails_the_handshake_check_and_blocks_the_rest(
+    local_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """The faulty plugin's ``wrong-type`` defect (a registration type that is not DRAPlugin): the real kubelet
+    refuses it, and the suite says so instead of waiting on a registration that will not come."""
+    proc, report = _conformance(
+        local_cluster,
+        tmp_path / "refused.json",
+        "--only", "registration.handshake", "--only", "prepare.basic",
+        "--", sys.executable, "-m", "tests.drivers.faulty_plugin", "--defect", "wrong-type", "--",
+        "--profile", "seed-example", "--node-name", "{node}", "--kubelet-root", "{kubelet_root}",
+        "--cdi-dir", "{cdi_dir}", "--kubeconfig", "{kubeconfig}",
+    )  # fmt: skip
+    results = {r["id"]: r for r in report["results"]}
+    assert results["registration.handshake"]["outcome"] == "failed", results
+    assert "RegisterPlugin error" in results["registration.handshake"]["message"], results
+    assert results["prepare.basic"]["outcome"] == "blocked"
+    assert proc.returncode != 0

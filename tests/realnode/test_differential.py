@@ -33,6 +33,7 @@ import pytest
 from fakedev.plugin.control import call_control
 from fakedev.plugin.paths import PluginPaths
 from harness.cluster.local import LocalCluster
+from harness.cluster.nodes import delete_node
 from harness.kube.waits import wait_list, wait_object, wait_pod_phase
 from harness.node.background import BackgroundLoop, BackgroundNode
 from harness.node.emulator import NodeEmulator, NodeSettings
@@ -186,6 +187,7 @@ def sides(real_node: RealNode, local_cluster: LocalCluster) -> Iterator[dict[str
             side.stop_plugins()
         kube.delete(DEVICE_CLASSES, "diff-example-gpu")
         emulated.stop(stop_pods=True)
+        delete_node(kube, name="diff-emulated")  # its slices must not attract later tests' pods
         loop.stop()
         reap_all(base=base)
         shutil.rmtree(base, ignore_errors=True)
