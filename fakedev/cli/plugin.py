@@ -92,6 +92,13 @@ def add_parser(sub: Any) -> None:
         default=30,
         help="health_check_timeout_seconds reported to the kubelet (default: 30)",
     )
+    p.add_argument(
+        "--record-calls",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="append one JSON line per gRPC call served (method, claims, status, ms) to FILE: what the kubelet asked",
+    )
     p.add_argument("--log-format", choices=logs.FORMATS, default="text")
     p.add_argument("--log-level", default="INFO")
     p.set_defaults(handler=_run)
@@ -129,6 +136,7 @@ def _run(args: argparse.Namespace) -> int:
         health_timeout_seconds=args.health_timeout,
         nic_netns=args.netns,
         fabric_netns=args.fabric_netns,
+        record_calls=args.record_calls,
     )
 
     async def main() -> None:

@@ -67,6 +67,8 @@ class PluginSettings:
     """The node's network namespace holding its NICs (dranet schema); None: the plugin's own."""
     fabric_netns: str | None = None
     """Where the NICs' fabric ports live; when set, their link state drives device health and taints."""
+    record_calls: Path | None = None
+    """Append a JSON line per gRPC call served here (:mod:`fakedev.plugin.calls`); None: record nothing."""
 
 
 def choose_schema(inventory: NodeInventory, *, requested: Schema | None, profile: str) -> Schema:
@@ -180,7 +182,7 @@ class PluginApp:
         state.load()
         self.state = state
         core = SerializedDriver(state=state, lock_path=self.paths.serialize_lock, faults=self.faults)
-        self.server = PluginServer(paths=self.paths, core=core, health=self.health)
+        self.server = PluginServer(paths=self.paths, core=core, health=self.health, record_calls=s.record_calls)
         await self.server.start()
         self.control = ControlServer(
             path=self.paths.control_socket,

@@ -15,6 +15,7 @@ from pathlib import Path
 from grpc import aio
 
 from fakedev.errors import FakedevError
+from fakedev.plugin.calls import CallLog, CallRecorder
 from fakedev.plugin.dra import DraV1beta1Servicer, DraV1Servicer
 from fakedev.plugin.health import HealthBoard, HealthV1alpha1Servicer, HealthV1Servicer
 from fakedev.plugin.paths import PluginPaths
@@ -48,6 +49,8 @@ class PluginServer:
     health: HealthBoard
     versions: Sequence[str] = SUPPORTED_VERSIONS
     registration: RegistrationState = field(default_factory=RegistrationState)
+    record_calls: Path | None = None
+    """Record every call served (a JSON line each) to this file; None: no interceptor on the hot path."""
     _dra: aio.Server | None = None
     _reg: aio.Server | None = None
 
@@ -55,7 +58,8 @@ class PluginServer:
         self.paths.check()
         dra_sock, reg_sock = self.paths.dra_socket, self.paths.registration_socket
         _prepare_socket_path(dra_sock)
-        self._dra = aio.server()
+        interceptors = [CallRecorder(log=CallLog(path=self.record_calls))] if self.record_calls else None
+        self._dra = aio.server(interceptors=interceptors)
         dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1Servicer(core=self.core), self._dra)
         dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1beta1Servicer(core=self.core), self._dra)
         health_v1_pb2_grpc.add_DRAResourceHealthServicer_to_server(HealthV1Servicer(board=self.health), self._dra)
@@ -67,7 +71,7 @@ class PluginServer:
         dra_sock.chmod(0o600)
 
         _prepare_socket_path(reg_sock)
-        self._reg = aio.server()
+        self._reg = aio.server(interceptors=interceptors)
         reg_grpc.add_RegistrationServicer_to_server(
             RegistrationServicer(
                 driver=self.paths.driver, endpoint=str(dra_sock), versions=self.versions, state=self.registration

@@ -15,6 +15,7 @@ import grpc
 import pytest
 
 import cdi
+from fakedev.plugin.calls import read_calls
 from harness.node.dra_client import DraCallError, DraConnection
 from harness.node.registration import handshake
 from harness.procs import wait_for
@@ -538,3 +539,46 @@ def test_unprepare_works_after_the_claim_is_gone_from_the_api(
     assert _run(_unprepare(example_plugin, [ref])) == {ref.uid: ""}
     assert _files(example_plugin.cdi_dir) == []
     assert _files(example_plugin.plugin_dir / "dra-device-metadata") == []
+
+
+def test_record_calls_writes_one_line_per_grpc_call_in_order(
+    plugin_factory: Callable[..., PluginProcess], emulated_node: str, short_tmp: Path
+) -> None:
+    """``--record-calls``: the interceptor sees every call, its batch size and its status, streams included."""
+    records = short_tmp / "calls.jsonl"
+    plugin = plugin_factory(node=emulated_node, extra=("--record-calls", str(records)))
+    refs = [
+        ClaimRef(uid=f"00000000-0000-0000-0000-00000000000{i}", namespace="default", name=f"gone-{i}") for i in (1, 2)
+    ]
+
+    async def session() -> None:
+        await handshake(plugin.registration_socket, registered=[])
+        conn = DraConnection(endpoint=plugin.dra_socket)
+        try:
+            stream = conn.watch_health(version=HEALTH_V1_VERSION)
+            await asyncio.wait_for(anext(stream), 10)
+            await stream.aclose()
+            answer = await conn.prepare(refs, version=DRA_V1_VERSION)  # claims that do not exist: per-claim errors
+            assert all(r.error for r in answer.values())
+            await conn.unprepare(refs[:1], version=DRA_V1_VERSION)
+        finally:
+            await conn.close()
+
+    _run(session())
+    wait_for(lambda: len(read_calls(records)) >= 6, timeout=10, what="six records")
+    seen = [(r["method"], r["event"], r.get("claims"), r.get("code")) for r in read_calls(records)]
+    ended = ("NodeWatchResources", "ended", None, "CANCELLED")  # whenever the server noticed the client's close
+    assert ended in seen
+    seen.remove(ended)
+    assert seen == [
+        ("GetInfo", "call", None, "OK"),
+        ("NotifyRegistrationStatus", "call", None, "OK"),
+        ("NodeWatchResources", "opened", None, None),
+        ("NodePrepareResources", "call", 2, "OK"),
+        ("NodeUnprepareResources", "call", 1, "OK"),
+    ]
+    assert {r["service"] for r in read_calls(records)} == {
+        "pluginregistration.Registration",
+        "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin",
+        "v1.DRAResourceHealth",
+    }

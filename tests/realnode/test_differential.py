@@ -15,7 +15,6 @@ Differences the emulator has on purpose are listed in docs/real-node.md and the 
 
 from __future__ import annotations
 
-import json
 import shutil
 import signal
 import subprocess
@@ -30,6 +29,7 @@ from typing import Any, TypeVar, cast
 
 import pytest
 
+from fakedev.plugin.calls import read_calls
 from fakedev.plugin.control import call_control
 from fakedev.plugin.paths import PluginPaths
 from harness.cluster.local import LocalCluster
@@ -55,13 +55,9 @@ pytestmark = [pytest.mark.cluster, pytest.mark.privileged, pytest.mark.xdist_gro
 REAL_NODE_ADDRESS = "127.0.0.2"
 
 DRIVER = "gpu.example.com"
-CALLS = (
-    "GetInfo",
-    "registered with the kubelet",
-    "health stream opened",
-    "NodePrepareResources",
-    "NodeUnprepareResources",
-)
+REGISTERED = {("NotifyRegistrationStatus", 0), ("NodeWatchResources opened", 0)}
+"""The kubelet has registered the instance and subscribed to its health."""
+PREPARE_CALLS = ("NodePrepareResources", "NodeUnprepareResources")
 INJECTED = "injected by the differential test"
 T = TypeVar("T")
 
@@ -82,22 +78,24 @@ class Side:
     plugins: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     @property
-    def plugin_log(self) -> Path:
-        """The log of the current plugin instance (each start gets its own)."""
-        return self.logs / f"diff-plugin-{self.tag}-{len(self.plugins)}.log"
+    def call_records(self) -> Path:
+        """What the current plugin instance's gRPC interceptor recorded (each start gets its own file)."""
+        return self.logs / f"diff-calls-{self.tag}-{len(self.plugins)}.jsonl"
 
     def start_plugin(self) -> None:
         """Start a plugin instance (after any earlier one) and wait for its registration and health stream."""
-        log = self.logs / f"diff-plugin-{self.tag}-{len(self.plugins) + 1}.log"
+        n = len(self.plugins) + 1
+        log = self.logs / f"diff-plugin-{self.tag}-{n}.log"
         argv = [
             sys.executable, "-m", "fakedev", "plugin", "--profile", "seed-example", "--node-name", self.node,
             "--kubelet-root", str(self.kubelet_root), "--cdi-dir", str(self.cdi_dir),
-            "--kubeconfig", str(self.kubeconfig), "--log-level", "INFO", "--log-format", "json",
+            "--kubeconfig", str(self.kubeconfig), "--log-level", "INFO",
+            "--record-calls", str(self.logs / f"diff-calls-{self.tag}-{n}.jsonl"),
         ]  # fmt: skip
         with log.open("wb") as out:  # the child keeps its own copy of the descriptor
             self.plugins.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT))
         wait_for(
-            lambda: {("registered with the kubelet", 0), ("health stream opened", 0)} <= set(self.calls()),
+            lambda: set(self.calls()) >= REGISTERED,
             timeout=60,
             what=f"{self.node}: registration and the health stream",
             abort=lambda: None if self.plugins[-1].poll() is None else AssertionError(log.read_text()[-2000:]),
@@ -116,17 +114,12 @@ class Side:
                 proc.wait(timeout=20)
 
     def calls(self) -> list[tuple[str, int]]:
-        """(call, claims in it) as the current plugin instance logged them, in order."""
-        out = []
-        text = self.plugin_log.read_text(errors="replace") if self.plugin_log.exists() else ""
-        for line in text.splitlines():
-            try:
-                doc = json.loads(line)
-            except ValueError:
-                continue
-            if doc.get("msg") in CALLS:
-                out.append((doc["msg"], int(doc.get("claims", 0))))
-        return out
+        """(call, claims in it) for every gRPC call the current plugin instance served, in order; a stream shows
+        as ``<method> opened`` / ``<method> ended``."""
+        return [
+            (r["method"] if r.get("event") == "call" else f"{r['method']} {r.get('event')}", r.get("claims", 0))
+            for r in read_calls(self.call_records)
+        ]
 
     def control(self, request: Mapping[str, Any]) -> None:
         answer = call_control(PluginPaths(kubelet_root=self.kubelet_root, driver=DRIVER).control_socket, request)
@@ -136,7 +129,7 @@ class Side:
 def registration_set(calls: list[tuple[str, int]]) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
     """Split calls into the registration phase (sorted: the kubelet opens the health stream concurrently with its
     NotifyRegistrationStatus, so their order is not defined) and the rest, in order."""
-    start = next((i for i, (call, _n) in enumerate(calls) if call.startswith("Node")), len(calls))
+    start = next((i for i, (call, _n) in enumerate(calls) if call in PREPARE_CALLS), len(calls))
     return sorted(calls[:start]), calls[start:]
 
 
@@ -356,7 +349,7 @@ def test_a_claim_template_pod_runs_and_is_cleaned_up_alike(
     emulated, real = seen["emulated"], seen["real"]
     assert real["first_line"] == "device allocated"
     assert real["registration"] == sorted(
-        [("GetInfo", 0), ("registered with the kubelet", 0), ("health stream opened", 0)]
+        [("GetInfo", 0), ("NotifyRegistrationStatus", 0), ("NodeWatchResources opened", 0)]
     )
     assert real["calls"] == [("NodePrepareResources", 1), ("NodeUnprepareResources", 1)]
     # Everything the plugin and the user observe is the same on both nodes.
