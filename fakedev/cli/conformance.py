@@ -10,9 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from harness.cluster.build import NODE_GROUPS, cached_binaries, default_cache_root
 from harness.cluster.local import local_cluster
-from harness.cluster.pki import CertPair
 from harness.conformance.checks import CATALOG, select
 from harness.conformance.context import conformance_context
 from harness.conformance.exdriver import example_driver_spec
@@ -20,7 +18,7 @@ from harness.conformance.nodes import ConformanceNode, real_node
 from harness.conformance.runner import run_checks
 from harness.node.background import BackgroundLoop
 from harness.node.drivers import template_driver
-from harness.realnode.node import RealNodeSettings
+from harness.realnode.node import settings_for_cluster
 from harness.reports import compute_exit_code, render_console, render_json, render_junit
 from kubeclient import KubeClient
 
@@ -108,16 +106,7 @@ def _node_factory(
 ) -> Callable[[BackgroundLoop], ConformanceNode] | None:
     if args.node == "emulated":
         return None
-    ca = CertPair(cert=ca_dir / "ca.crt", key=ca_dir / "ca.key")
-    if not (ca.cert.is_file() and ca.key.is_file()):
-        raise SystemExit(f"fakedev conformance --node real: no cluster CA at {ca_dir} (ca.crt, ca.key); give --ca DIR")
-    settings = RealNodeSettings(
-        binaries=cached_binaries(groups=NODE_GROUPS),
-        server=client.credentials.server,
-        ca=ca,
-        address=args.address,
-        cache_root=default_cache_root(),
-    )
+    settings = settings_for_cluster(client=client, ca_dir=ca_dir, address=args.address)
     return real_node(
         client=client,
         settings=settings,

@@ -18,14 +18,12 @@ from fakedev.nics.node import NodeNics, install_node_nics
 from fakedev.profiles import load_profile
 from fakedev.render import Schema, default_schemas
 from harness.cluster import daemon
-from harness.cluster.build import NODE_GROUPS, cached_binaries, default_cache_root
 from harness.cluster.nodes import NodeHeartbeats
-from harness.cluster.pki import CertPair
 from harness.errors import ClusterStateError
 from harness.node.drivers import DriverContext, DriverProcess, template_driver
 from harness.node.emulator import NodeEmulator, NodeSettings, node_root, node_run_id
 from harness.procs import default_run_base
-from harness.realnode.node import RealNode, RealNodeSettings
+from harness.realnode.node import RealNode, settings_for_cluster
 from kubeclient import KubeClient
 from kubeclient.resources import PODS
 from linuxns import delete_netns
@@ -219,21 +217,12 @@ def _run_real(args: argparse.Namespace) -> int:
         raise SystemExit("fakedev node run --real: one real node per address; --nodes must be 1")
     logs.configure(fmt=args.log_format)
     kubeconfig = kubeconfig_path(args.kubeconfig)
-    ca_dir = args.ca or kubeconfig.parent / "pki"
-    ca = CertPair(cert=ca_dir / "ca.crt", key=ca_dir / "ca.key")
-    if not (ca.cert.is_file() and ca.key.is_file()):
-        raise SystemExit(f"fakedev node run --real: no cluster CA at {ca_dir} (ca.crt, ca.key); give --ca DIR")
     profile = load_profile(args.profile)
     schemas = default_schemas(resolve_inventory(profile, node_name="probe"))
     client = KubeClient.from_kubeconfig(kubeconfig)
     node = RealNode(
-        settings=RealNodeSettings(
-            binaries=cached_binaries(groups=NODE_GROUPS),
-            server=client.credentials.server,
-            ca=ca,
-            address=args.address,
-            cache_root=default_cache_root(),
-            base=args.base,
+        settings=settings_for_cluster(
+            client=client, ca_dir=args.ca or kubeconfig.parent / "pki", address=args.address, base=args.base
         )
     )
     node.start(client=client, progress=lambda step: print(f"real node {args.address}: starting {step}", flush=True))

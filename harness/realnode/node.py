@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from harness.cluster.build import BinarySet
+from harness.cluster.build import NODE_GROUPS, BinarySet, cached_binaries, default_cache_root
 from harness.cluster.config import render_kubeconfig
 from harness.cluster.nodes import delete_node
 from harness.cluster.pki import Authority, CertPair
-from harness.errors import ComponentError, NotReadyError
+from harness.errors import ClusterStateError, ComponentError, NotReadyError
 from harness.procs import Process, RunDir, kill_run_processes, open_run_dir, start_process, wait_for
 from harness.realnode.config import NodeLayout, render_containerd_config, render_kubelet_config
 from harness.realnode.hostlock import DEFAULT_LOCK, HostLock
@@ -67,6 +67,24 @@ class RealNodeSettings:
     host_lock: Path = DEFAULT_LOCK
     lock_timeout: float = 0.0
     """How long to wait for another real node on this host to stop (0: fail at once, naming it)."""
+
+
+def settings_for_cluster(
+    *, client: KubeClient, ca_dir: Path, address: str, base: Path | None = None, lock_timeout: float = 0.0
+) -> RealNodeSettings:
+    """A real node for the cluster ``client`` talks to, its certificates signed by the cluster CA in ``ca_dir``."""
+    ca = CertPair(cert=ca_dir / "ca.crt", key=ca_dir / "ca.key")
+    if not (ca.cert.is_file() and ca.key.is_file()):
+        raise ClusterStateError(f"no cluster CA at {ca_dir} (ca.crt and ca.key); give --ca DIR")
+    return RealNodeSettings(
+        binaries=cached_binaries(groups=NODE_GROUPS),
+        server=client.credentials.server,
+        ca=ca,
+        address=address,
+        cache_root=default_cache_root(),
+        base=base,
+        lock_timeout=lock_timeout,
+    )
 
 
 def port_free(address: str, port: int) -> bool:
