@@ -22,6 +22,7 @@ from harness.drills.conditions import ConditionContext, evaluate
 from harness.drills.requirements import api_served, cluster_gates, missing_requirements
 from harness.drills.scenario import Scenario, Step
 from harness.kube.manifests import apply_objects, load_manifests
+from harness.kube.waits import describe_pod
 from kubeclient import ApiError, JsonObj, KubeClient
 from kubeclient.resources import (
     DEVICE_CLASSES,
@@ -262,8 +263,18 @@ class DrillRun:
             if seen is None:
                 return f"after {time.monotonic() - started:.1f}s"
             if time.monotonic() >= deadline:
-                raise StepFailed(f"not within {step.timeout:.0f}s: {seen}")
+                raise StepFailed(f"not within {step.timeout:.0f}s: {seen}{self._stuck_pods()}")
             time.sleep(POLL_SECONDS)  # polling the API for the condition, as kubectl wait does
+
+    def _stuck_pods(self) -> str:
+        """Where the drill's pods that are not Running got stuck (states, events): the likely why of a timeout."""
+        try:
+            pods = self.client.list(PODS, namespace=self.namespace)
+            stuck = [p["metadata"]["name"] for p in pods if p.get("status", {}).get("phase") != "Running"]
+            said = [f"{name}: {describe_pod(self.client, name, namespace=self.namespace)}" for name in stuck[:3]]
+        except (ApiError, OSError) as exc:
+            return f" (pods not described: {exc})"
+        return f" — {'; '.join(said)}" if said else ""
 
     def _device_of(self, step: Step) -> str | None:
         """The device a fault targets: named directly, or the one the scheduler gave a claim."""
