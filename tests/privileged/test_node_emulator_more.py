@@ -3,10 +3,11 @@ and the example README's kubectl commands."""
 
 from __future__ import annotations
 
-import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -90,10 +91,8 @@ def test_health_falls_back_to_v1alpha1(node_rig_factory: Callable[..., NodeRig])
     assert opened[0] == "v1alpha1.DRAResourceHealth"
 
 
-def test_one_process_emulates_several_nodes(
-    local_cluster: LocalCluster, kube: KubeClient, unique_name: str, tmp_path: Path
-) -> None:
-    base = Path(os.environ.get("TMPDIR", "/tmp"))
+def test_one_process_emulates_several_nodes(local_cluster: LocalCluster, kube: KubeClient, unique_name: str) -> None:
+    base = Path(tempfile.mkdtemp(prefix="fd-"))  # short (socket paths), and removed: node roots outlive the run
     proc = subprocess.Popen(
         [
             str(BIN / "fakedev"),
@@ -107,6 +106,8 @@ def test_one_process_emulates_several_nodes(
             unique_name,
             "--kubeconfig",
             str(local_cluster.kubeconfig),
+            "--base",
+            str(base),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -132,6 +133,7 @@ def test_one_process_emulates_several_nodes(
             for s in kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={name}"):
                 kube.delete(RESOURCE_SLICES, s["metadata"]["name"])
             kube.delete(NODES, name)
+        shutil.rmtree(base, ignore_errors=True)
     assert proc.returncode == 0, out
     for name in names:
         assert f"node {name}: {node_root(name, base=base)}" in out
