@@ -137,9 +137,7 @@ class FakedevDrillEnvironment:
                 hardware.remove(node.nics.hardware)
                 delete_netns(node.nics.hardware.fabric_netns)
             with contextlib.suppress(Exception):
-                for s in self.client.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={node.name}"):
-                    self.client.delete(RESOURCE_SLICES, s["metadata"]["name"])
-                delete_node(self.client, name=node.name)
+                delete_node(self.client, name=node.name)  # its slices too
         with contextlib.suppress(Exception):
             self.loop.stop()
         reap_all(base=self.base)

@@ -27,7 +27,7 @@ from harness.errors import HarnessError
 from harness.node.background import BackgroundLoop, BackgroundNode
 from harness.node.dra_client import DraConnection
 from harness.node.emulator import NodeEmulator, NodeSettings
-from harness.node.plugins import PluginInstance
+from harness.node.plugins import PluginInstance, socket_id
 from harness.node.registration import HandshakeError, handshake
 from harness.procs import RunDir
 from harness.realnode.images import BUSYBOX_IMAGE
@@ -152,13 +152,7 @@ class EmulatedConformanceNode:
         return self.emulator.pod_worker(namespace=namespace, name=pod) is None
 
     def artifacts(self) -> dict[str, str]:
-        paths = self.emulator.paths
-        out = {}
-        for f in paths.plugins.rglob("checkpoint*.json"):
-            out[f"checkpoint {f.relative_to(paths.plugins)}"] = f.read_text(errors="replace")[:4000]
-        if paths.checkpoint.exists():
-            out["kubelet checkpoint"] = paths.checkpoint.read_text(errors="replace")[:4000]
-        return out
+        return checkpoints(plugins=self.emulator.paths.plugins, kubelet=self.emulator.paths.checkpoint)
 
 
 @dataclass(kw_only=True)
@@ -212,7 +206,7 @@ class RealConformanceNode:
         connected = Counter(KUBELET_CONNECTED.findall(self.node.log_text("kubelet"))[self._counted :])
         registry = self.kubelet_root / "plugins_registry"
         for socket in sorted(registry.glob("*.sock")):
-            key = _socket_key(socket)  # None: the socket went away since the listing
+            key = socket_id(socket)  # None: the socket went away since the listing
             if key is None:
                 continue
             known = self._seen.get(key)
@@ -229,7 +223,7 @@ class RealConformanceNode:
                     self._seen[key] = PluginInstance(
                         registration=registration, connection=self._connect(registration.endpoint), socket_id=key
                     )
-        live = {k: i for k, i in self._seen.items() if _socket_key(i.registration.registration_socket) == k}
+        live = {k: i for k, i in self._seen.items() if socket_id(i.registration.registration_socket) == k}
         return sorted(live.values(), key=lambda i: i.registration.registered_at)
 
     def _close(self, inst: PluginInstance) -> None:
@@ -265,22 +259,19 @@ class RealConformanceNode:
 
     def artifacts(self) -> dict[str, str]:
         tail = "\n".join(self.node.log_text("kubelet").splitlines()[-80:])
-        out: dict[str, str] = {"kubelet log (tail)": tail}
-        plugins = self.kubelet_root / "plugins"
-        for f in plugins.rglob("checkpoint*.json"):
-            out[f"checkpoint {f.relative_to(plugins)}"] = f.read_text(errors="replace")[:4000]
-        for f in (self.kubelet_root / "dra_manager_state",):
-            if f.exists():
-                out["kubelet checkpoint"] = f.read_text(errors="replace")[:4000]
-        return out
+        plugins, kubelet = self.kubelet_root / "plugins", self.kubelet_root / "dra_manager_state"
+        return {"kubelet log (tail)": tail, **checkpoints(plugins=plugins, kubelet=kubelet)}
 
 
-def _socket_key(path: Path) -> tuple[int, int] | None:
-    try:
-        st = path.lstat()
-    except FileNotFoundError:
-        return None
-    return (st.st_dev, st.st_ino)
+def checkpoints(*, plugins: Path, kubelet: Path) -> dict[str, str]:
+    """The drivers' checkpoints under ``plugins`` and the kubelet's DRA checkpoint, for a failed check's report."""
+    out = {
+        f"checkpoint {f.relative_to(plugins)}": f.read_text(errors="replace")[:4000]
+        for f in plugins.rglob("checkpoint*.json")
+    }
+    if kubelet.exists():
+        out["kubelet checkpoint"] = kubelet.read_text(errors="replace")[:4000]
+    return out
 
 
 def real_node(

@@ -60,7 +60,8 @@ class PluginInstance:
         return state not in (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN)
 
 
-def _socket_id(path: Path) -> tuple[int, int] | None:
+def socket_id(path: Path) -> tuple[int, int] | None:
+    """(inode, device) of the socket at ``path``; None when there is none."""
     try:
         st = path.lstat()
     except FileNotFoundError:
@@ -137,7 +138,7 @@ class PluginManager:
         for entry in sorted(self.registry_dir.iterdir()):
             if entry.name.startswith("."):
                 continue
-            sid = _socket_id(entry)
+            sid = socket_id(entry)
             if sid is not None:
                 present[entry] = sid
         recreated, self._recreated = self._recreated, set()
