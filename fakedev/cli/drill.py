@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import logging
+import shutil
 import sys
 from collections.abc import Iterator, Sequence
 from importlib import resources
@@ -13,6 +15,7 @@ from typing import Any
 
 from fakedev.cli.drill_env import FakedevDrillEnvironment
 from fakedev.logs import TextFormatter
+from harness.cluster.config import ClusterSettings
 from harness.cluster.local import LocalCluster, local_cluster
 from harness.drills.report import as_cases, drills_json, render_html, render_matrix
 from harness.drills.requirements import cluster_gates
@@ -26,6 +29,9 @@ Run drills: each YAML scenario starts emulated nodes with fake drivers, applies 
 killed or hung, node reboot, unhealthy device, DeviceTaintRule, prepare failures, API server or etcd outage, NIC
 hot-unplug, exhaustion) and asserts what a correct cluster does. Reports: console table, JUnit XML, JSON and an HTML
 page with a timeline per drill, in --report-dir. Without files, the shipped default set runs.
+
+The upstream set reproduces known bugs of the Kubernetes components; those drills fail intermittently by nature, so
+run them with --repeat (e.g. fakedev drill --set upstream --repeat 12) and read how many runs failed.
 """
 
 DEFAULT_SET = (
@@ -48,14 +54,43 @@ def shipped_scenario(name: str) -> Path:
     return Path(str(resources.files("fakedev") / "scenarios" / f"{name}.yaml"))
 
 
+def _folder_set(folder: str) -> tuple[str, ...]:
+    """Every drill in ``scenarios/<folder>/``, by name (``<folder>/<stem>``)."""
+    path = Path(str(resources.files("fakedev") / "scenarios" / folder))
+    return tuple(f"{folder}/{p.stem}" for p in sorted(path.glob("*.yaml")))
+
+
 def matrix_set() -> tuple[str, ...]:
     """The feature-matrix drills: every file in ``scenarios/matrix/``, by name."""
-    folder = Path(str(resources.files("fakedev") / "scenarios" / "matrix"))
-    return tuple(f"matrix/{p.stem}" for p in sorted(folder.glob("*.yaml")))
+    return _folder_set("matrix")
 
 
 def drill_set(name: str) -> tuple[str, ...]:
-    return {"default": DEFAULT_SET, "matrix": matrix_set(), "all": DEFAULT_SET + matrix_set()}[name]
+    """A shipped set by name. ``all`` is every drill expected to pass; ``upstream`` holds reproducers of known bugs."""
+    sets = {
+        "default": DEFAULT_SET,
+        "matrix": matrix_set(),
+        "all": DEFAULT_SET + matrix_set(),
+        "upstream": _folder_set("upstream"),
+    }
+    return sets[name]
+
+
+def repeated(scenarios: Sequence[Scenario], *, times: int) -> list[Scenario]:
+    """Each scenario ``times`` times in a row; the runs are named ``<name>-1`` … so the reports tell them apart."""
+    if times == 1:
+        return list(scenarios)
+    return [dataclasses.replace(s, name=f"{s.name}-{i}") for s in scenarios for i in range(1, times + 1)]
+
+
+def positive_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def add_parser(sub: Any) -> None:
@@ -80,9 +115,25 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--set",
-        choices=("default", "matrix", "all"),
+        choices=("default", "matrix", "all", "upstream"),
         default="default",
-        help="which shipped drills run without files: the fault drills (default), the 1.37 feature matrix, or both",
+        help="which shipped drills run without files: the fault drills (default), the 1.37 feature matrix, both "
+        "(all), or the reproducers of known upstream bugs (upstream; not part of all)",
+    )
+    p.add_argument(
+        "--repeat",
+        type=positive_count,
+        default=1,
+        metavar="N",
+        help="run each drill N times in a row on the same cluster (for intermittent failures; default 1)",
+    )
+    p.add_argument(
+        "--component-verbosity",
+        type=positive_count,
+        default=1,
+        metavar="V",
+        help="--v of the private control plane's components (default 1; 6 shows the scheduler's DRA decisions); "
+        "their logs are kept in REPORT_DIR/components/",
     )
     p.add_argument("--list", action="store_true", help="list the shipped drills and exit")
     p.set_defaults(handler=_run)
@@ -93,13 +144,19 @@ def _say(message: str) -> None:
 
 
 @contextlib.contextmanager
-def _cluster(kubeconfig: Path | None) -> Iterator[tuple[KubeClient, Path, LocalCluster | None]]:
+def _cluster(
+    kubeconfig: Path | None, *, logs_to: Path, verbosity: int
+) -> Iterator[tuple[KubeClient, Path, LocalCluster | None]]:
     if kubeconfig is not None:
         yield KubeClient.from_kubeconfig(kubeconfig), kubeconfig, None
         return
     _say("starting the local Kubernetes 1.37 control plane")
-    with local_cluster(progress=_say) as cluster:
-        yield cluster.client, cluster.kubeconfig, cluster
+    with local_cluster(settings=ClusterSettings(verbosity=verbosity), progress=_say) as cluster:
+        try:
+            yield cluster.client, cluster.kubeconfig, cluster
+        finally:
+            # The private control plane's run directory goes with it; its logs are what explains a failed drill.
+            shutil.copytree(cluster.layout.logs, logs_to, dirs_exist_ok=True)
 
 
 def _log_to(path: Path) -> None:
@@ -115,10 +172,10 @@ def _log_to(path: Path) -> None:
 
 
 def run_scenarios(
-    scenarios: Sequence[Scenario], *, kubeconfig: Path | None, report_dir: Path, title: str
+    scenarios: Sequence[Scenario], *, kubeconfig: Path | None, report_dir: Path, title: str, verbosity: int = 1
 ) -> tuple[list[DrillResult], int]:
     _log_to(report_dir / "drills.log")
-    with _cluster(kubeconfig) as (client, path, cluster):
+    with _cluster(kubeconfig, logs_to=report_dir / "components", verbosity=verbosity) as (client, path, cluster):
         results = run_drills(
             scenarios,
             client=client,
@@ -136,17 +193,26 @@ def run_scenarios(
     (report_dir / "report.json").write_text(render_json(cases, meta={"title": title, "drills": drills_json(results)}))
     print(render_console(cases, title=title))
     extra = ", matrix.md" if gates else ""
+    extra += ", components/ (the control plane's logs)" if cluster is not None else ""
     print(f"HTML report: {report_dir / 'report.html'} (also junit.xml, report.json{extra}, drills.log)")
     return results, compute_exit_code(cases)
 
 
 def _run(args: argparse.Namespace) -> int:
     if args.list:
-        for name in drill_set("all"):
+        for name in drill_set("all") + drill_set("upstream"):
             s = load_scenario(shipped_scenario(name))
             print(f"{name:<40} {s.description}")
         return 0
     files = args.files or [shipped_scenario(n) for n in drill_set(args.set)]
-    scenarios = [load_scenario(f) for f in files]
-    _, code = run_scenarios(scenarios, kubeconfig=args.kubeconfig, report_dir=args.report_dir, title="fakedev drills")
+    if args.kubeconfig is not None and args.component_verbosity != 1:
+        raise SystemExit("fakedev drill: --component-verbosity is for the private control plane, not --kubeconfig")
+    scenarios = repeated([load_scenario(f) for f in files], times=args.repeat)
+    _, code = run_scenarios(
+        scenarios,
+        kubeconfig=args.kubeconfig,
+        report_dir=args.report_dir,
+        title="fakedev drills",
+        verbosity=args.component_verbosity,
+    )
     return code

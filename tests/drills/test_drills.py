@@ -241,3 +241,38 @@ def test_a_drill_needing_an_unknown_gate_is_refused(local_cluster: LocalCluster)
     assert result.outcome == "blocked"
     assert result.message == "refused: the cluster lacks feature gate DRATeleport (unknown to this kube-apiserver)"
     assert result.steps == []
+
+
+def test_drill_command_repeats_and_keeps_the_private_control_planes_logs(tmp_path: Path) -> None:
+    """``fakedev drill --repeat 2 --component-verbosity 6``: two named runs; the scheduler's DRA decisions on disk."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fakedev",
+            "drill",
+            str(shipped_scenario("matrix/consumable-capacity-fractional")),
+            "--repeat",
+            "2",
+            "--component-verbosity",
+            "6",
+            "--report-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ},
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "consumable-capacity-fractional-1  PASSED" in out.stdout
+    assert "consumable-capacity-fractional-2  PASSED" in out.stdout
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert [d["name"] for d in report["drills"]] == [
+        "consumable-capacity-fractional-1",
+        "consumable-capacity-fractional-2",
+    ]
+    scheduler = (tmp_path / "components" / "kube-scheduler.log").read_text()
+    # Logged at -v=6 only: the allocation state the DRA plugin gathered, per claim it saw allocated.
+    assert "Observed consumed capacity" in scheduler
+    assert (tmp_path / "components" / "kube-apiserver.log").stat().st_size > 0
