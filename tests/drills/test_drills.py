@@ -192,28 +192,23 @@ def second_cluster() -> Iterator[LocalCluster]:
         yield cluster
 
 
-def test_drills_run_against_another_cluster_by_kubeconfig(second_cluster: LocalCluster, tmp_path: Path) -> None:
-    files = [
-        str(shipped_scenario(name))
-        for name in ("extended-resource-migration", "apiserver-outage", "matrix/resource-pool-status")
-    ]
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "fakedev",
-            "drill",
-            *files,
-            "--kubeconfig",
-            str(second_cluster.kubeconfig),
-            "--report-dir",
-            str(tmp_path),
-        ],
+def _fakedev_drill(*args: str) -> subprocess.CompletedProcess[str]:
+    """``fakedev drill ARGS…`` as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "fakedev", "drill", *args],
         capture_output=True,
         text=True,
         timeout=600,
         env={**os.environ},
     )
+
+
+def test_drills_run_against_another_cluster_by_kubeconfig(second_cluster: LocalCluster, tmp_path: Path) -> None:
+    files = [
+        str(shipped_scenario(name))
+        for name in ("extended-resource-migration", "apiserver-outage", "matrix/resource-pool-status")
+    ]
+    out = _fakedev_drill(*files, "--kubeconfig", str(second_cluster.kubeconfig), "--report-dir", str(tmp_path))
     # The pool-status drill checks the cluster and refuses: that is a failure of the run, with the reason.
     assert out.returncode == 1, out.stdout + out.stderr
     assert "extended-resource-migration  PASSED" in out.stdout
@@ -245,25 +240,8 @@ def test_a_drill_needing_an_unknown_gate_is_refused(local_cluster: LocalCluster)
 
 def test_drill_command_repeats_and_keeps_the_private_control_planes_logs(tmp_path: Path) -> None:
     """``fakedev drill --repeat 2 --component-verbosity 6``: two named runs; the scheduler's DRA decisions on disk."""
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "fakedev",
-            "drill",
-            str(shipped_scenario("matrix/consumable-capacity-fractional")),
-            "--repeat",
-            "2",
-            "--component-verbosity",
-            "6",
-            "--report-dir",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ},
-    )
+    scenario = str(shipped_scenario("matrix/consumable-capacity-fractional"))
+    out = _fakedev_drill(scenario, "--repeat", "2", "--component-verbosity", "6", "--report-dir", str(tmp_path))
     assert out.returncode == 0, out.stdout + out.stderr
     assert "consumable-capacity-fractional-1  PASSED" in out.stdout
     assert "consumable-capacity-fractional-2  PASSED" in out.stdout

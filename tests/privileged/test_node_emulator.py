@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 from harness.kube.manifests import apply_objects, load_manifest_file
-from harness.kube.waits import wait_gone, wait_list, wait_object
+from harness.kube.waits import wait_gone, wait_list, wait_pod_phase
 from harness.procs import wait_for
 from harness.runtime.netns import list_run_netns
 from kubeclient import KubeClient
@@ -31,15 +31,7 @@ META = "/var/run/kubernetes.io/dra-device-attributes"
 
 
 def _phase(kube: KubeClient, ns: str, name: str, phase: str, *, timeout: float = 60) -> dict[str, Any]:
-    return wait_object(
-        kube,
-        PODS,
-        name,
-        namespace=ns,
-        predicate=lambda p: p.get("status", {}).get("phase") == phase,
-        timeout=timeout,
-        what=f"phase {phase}",
-    )
+    return wait_pod_phase(kube, name, namespace=ns, phase=phase, timeout=timeout)
 
 
 def _logs(rig: NodeRig, ns: str, name: str) -> str:
