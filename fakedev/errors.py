@@ -5,8 +5,9 @@ FakedevError
 ├── RenderError           the model cannot be rendered within the API's limits
 ├── ClaimError            a claim cannot be prepared (reported per claim, never as an RPC failure)
 ├── CheckpointError       the checkpoint is corrupt or from an unknown version (the plugin refuses to start)
-└── KubeApiError          the API server refused or could not be reached
-    └── RetryableKubeError  a later attempt may succeed (conflict, unavailable)
+├── KubeApiError          the API server refused or could not be reached
+│   └── RetryableKubeError  a later attempt may succeed (conflict, unavailable)
+└── BenchError            a benchmark cannot take or read a measurement
 """
 
 from __future__ import annotations
@@ -42,3 +43,7 @@ class KubeApiError(FakedevError):
 
 class RetryableKubeError(KubeApiError):
     """Conflict or unavailability: try again later."""
+
+
+class BenchError(FakedevError):
+    """A benchmark cannot take or read a measurement (a profile the API server refused, no Go toolchain)."""

@@ -163,11 +163,16 @@ class KubeClient:
 
     def get_text(self, path: str, *, timeout: float | None = None) -> tuple[int, str]:
         """GET a non-JSON endpoint such as ``/readyz``; returns status and body, never raises on HTTP status."""
+        status, body = self.get_bytes(path, timeout=timeout)
+        return status, body.decode(errors="replace")
+
+    def get_bytes(self, path: str, *, timeout: float | None = None) -> tuple[int, bytes]:
+        """GET a binary endpoint such as ``/debug/pprof/profile``; never raises on HTTP status."""
         try:
             resp = self._pool.request("GET", self._base + path, headers=self._headers, timeout=timeout or 5.0)
         except urllib3.exceptions.HTTPError as exc:
             raise ApiUnavailableError(f"GET {path}: API server unreachable: {exc}") from exc
-        return resp.status, resp.data.decode(errors="replace")
+        return resp.status, resp.data
 
     # -- verbs ---------------------------------------------------------------------------------------------------
 

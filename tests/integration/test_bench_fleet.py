@@ -4,10 +4,12 @@ plugins are registered by the fleet's kubelet side."""
 from __future__ import annotations
 
 import json
+import threading
+from pathlib import Path
 
 import pytest
 
-from fakedev.cli.bench import scale
+from fakedev.cli.bench import goprofile, scale
 from fakedev.model.inventory import resolve_inventory
 from fakedev.profiles import load_profile
 from fakedev.render import Schema, render_node
@@ -57,3 +59,22 @@ def test_fleet_publishes_every_nodes_slices_and_registers_its_plugins(
                 timeout=60,
                 what=f"slices of {name} collected with their Node",
             )
+
+
+def test_kube_apiserver_cpu_profile_is_taken_and_read_with_go_tool_pprof(
+    local_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """The scale section's --profile: a real pprof profile from the worker's API server, read by go tool pprof."""
+    kube = local_cluster.client
+    sampler = threading.Thread(target=lambda: [kube.list(RESOURCE_SLICES) for _ in range(200)], daemon=True)
+    sampler.start()  # something for the profile to see
+    body = goprofile.capture_cpu_profile(kube, seconds=2)
+    sampler.join()
+    saved = tmp_path / "apiserver.pprof"
+    saved.write_bytes(body)
+    top = goprofile.pprof_top(saved)
+    assert "File: kube-apiserver" in top
+    entries = goprofile.parse_pprof_top(top)
+    assert any(e.function.startswith("k8s.io/apiserver/") for e in entries), top[:2000]
+    shares = goprofile.watched_shares(entries)
+    assert set(shares) == set(goprofile.WATCHED_FRAMES) and all(0.0 <= v <= 100.0 for v in shares.values())

@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from fakedev.cli.bench import render_table
+from fakedev.cli.bench.goprofile import WATCHED_FRAMES, parse_pprof_top, watched_shares
 from fakedev.cli.bench.plots import Bar, Target, bar_chart, dot_chart
 from fakedev.cli.bench.profile import top_entries
 from fakedev.cli.bench.stats import Latency, Ratio, percentile, ratio
@@ -54,6 +55,38 @@ def test_table_marks_targets_met_and_missed_and_unknown() -> None:
     assert rows["nic_prepare_p50_ms"].rstrip().endswith("| yes |")
     assert rows["plugin_ready_s"].rstrip().endswith("| ? |")
     assert rows["machine"].rstrip().endswith("|  |  |")
+
+
+PPROF_TOP = """File: kube-apiserver
+Type: cpu
+Duration: 60.15s, Total samples = 66.31s (110.25%)
+Showing top 4 nodes out of 456
+      flat  flat%   sum%        cum   cum%
+         0     0% 0.015%     21.95s 33.10%  k8s.io/apiserver/pkg/registry/generic/registry.(*Store).Create
+     0.62s  0.94%  0.98%     18.05s 27.22%  runtime.mallocgc
+     3.75s  5.66%  5.66%      3.76s  5.67%  runtime.heapSetTypeSmallHeader (inline)
+    1.10ms 0.002%  5.67%    850ms  1.28%  k8s.io/apimachinery/pkg/util/validation/field.(*Path).String
+"""
+
+
+def test_pprof_top_rows_are_parsed_with_and_without_units() -> None:
+    entries = parse_pprof_top(PPROF_TOP)
+    assert [e.function for e in entries] == [
+        "k8s.io/apiserver/pkg/registry/generic/registry.(*Store).Create",
+        "runtime.mallocgc",
+        "runtime.heapSetTypeSmallHeader",
+        "k8s.io/apimachinery/pkg/util/validation/field.(*Path).String",
+    ]
+    assert entries[0].flat_pct == 0.0 and entries[0].cum_pct == 33.10
+    assert entries[2].flat_pct == 5.66
+    assert entries[3].cum_pct == 1.28
+
+
+def test_watched_shares_name_every_frame_and_zero_the_absent() -> None:
+    shares = watched_shares(parse_pprof_top(PPROF_TOP))
+    assert set(shares) == set(WATCHED_FRAMES)
+    assert shares["create_store"] == 33.10 and shares["malloc"] == 27.22 and shares["field_path_strings"] == 1.28
+    assert shares["watch_serve"] == 0.0
 
 
 def test_top_entries_from_folded_stacks() -> None:

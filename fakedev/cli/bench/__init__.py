@@ -26,12 +26,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
 from fakedev import __version__
+from fakedev.cli.drill import positive_count
 from fakedev.cli.node import plugin_command
 from fakedev.model.inventory import resolve_inventory
 from fakedev.nics.hardware import remove as remove_hardware
@@ -47,9 +49,10 @@ from harness.node.background import BackgroundLoop
 from harness.node.drivers import DriverContext, DriverSpec, render_driver_argv, template_driver
 from harness.node.registration import handshake
 from harness.procs import open_run_dir, wait_for
+from kubeclient import KubeClient
 from linuxns import delete_netns
 
-from . import plots, prepare, scale
+from . import goprofile, plots, prepare, scale
 from .procfs import cpu_seconds, memory_mib
 from .stats import Ratio, ratio
 
@@ -85,7 +88,16 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--hints-runs", type=int, default=3, help="runs per setting of SchedulerPreQueueingHints (3)")
     p.add_argument("--hints-nodes", type=int, default=100, help="nodes that appear in the scale-up (100)")
     p.add_argument(
-        "--profile", action="store_true", help="sample fakedev's plugins with py-spy during the prepare latency run"
+        "--profile",
+        action="store_true",
+        help="sample fakedev's plugins with py-spy during the prepare latency run, and kube-apiserver's CPU (its Go "
+        "pprof endpoint) while each fleet of the scale section publishes",
+    )
+    p.add_argument(
+        "--profile-seconds",
+        type=positive_count,
+        default=30,
+        help="how long kube-apiserver is sampled from the start of each fleet's publishing, with --profile (30)",
     )
     p.add_argument("--hints-pods", type=int, default=1000, help="pods pending before the scale-up (1000)")
     p.set_defaults(handler=_run)
@@ -329,7 +341,8 @@ def _prepare(
 # -- scale -------------------------------------------------------------------------------------------------------
 
 
-def _scale(results: Results, *, sizes: list[int], pods: int) -> None:
+def _scale(results: Results, *, sizes: list[int], pods: int, profile_dir: Path | None, profile_seconds: int) -> None:
+    """``profile_dir``: also sample kube-apiserver's CPU for ``profile_seconds`` from the start of publishing."""
     for n in sizes:
         with local_cluster() as cluster:
             kube = cluster.client
@@ -342,6 +355,11 @@ def _scale(results: Results, *, sizes: list[int], pods: int) -> None:
                 rendered = fleet.wait("rendered", timeout=600)
                 fleet.wait("nodes-registered", timeout=600)
                 publishing = fleet.wait("publishing", timeout=60)
+                sampler = (
+                    _ApiServerSampler(kube=kube, seconds=profile_seconds, out=profile_dir / f"kube-apiserver-nodes-{n}")
+                    if profile_dir
+                    else None
+                )
                 published = fleet.wait("published", timeout=1200)
                 registered = fleet.wait("registered", timeout=60)
                 # Where the publishing CPU went (2 cores shared by the fleet, the API server and etcd).
@@ -362,6 +380,10 @@ def _scale(results: Results, *, sizes: list[int], pods: int) -> None:
                 results[f"nodes_{n}_slices"] = slices
                 results[f"nodes_{n}_rss_gib"] = rss
                 results[f"nodes_{n}_peak_rss_gib"] = peak
+                if sampler is not None:
+                    for key, share in sampler.shares().items():
+                        results[f"nodes_{n}_apiserver_cpu_{key}_pct"] = share
+                    _say(f"fleet of {n}: kube-apiserver's CPU profile in {sampler.out}.pprof and .top.txt")
                 if pods:
                     scale.ensure_mig_workload(kube)
                     recorder = scale.BindRecorder(kube=kube)
@@ -399,6 +421,32 @@ def _scale(results: Results, *, sizes: list[int], pods: int) -> None:
             targets=[plots.Target(value=60, label="publish target 60 s"), plots.Target(value=4, label="RSS 4 GiB")],
         )
     )
+
+
+class _ApiServerSampler:
+    """kube-apiserver's CPU profile, taken in a thread while the caller waits for the fleet."""
+
+    def __init__(self, *, kube: KubeClient, seconds: int, out: Path) -> None:
+        self.out = out
+        self._kube = kube
+        self._seconds = seconds
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._take, name="apiserver-pprof", daemon=True)
+        self._thread.start()
+
+    def _take(self) -> None:
+        try:
+            self.out.with_suffix(".pprof").write_bytes(goprofile.capture_cpu_profile(self._kube, seconds=self._seconds))
+        except BaseException as exc:  # handed to the caller's thread by shares()
+            self._error = exc
+
+    def shares(self) -> dict[str, float]:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        top = goprofile.pprof_top(self.out.with_suffix(".pprof"))
+        self.out.with_suffix(".top.txt").write_text(top)
+        return goprofile.watched_shares(goprofile.parse_pprof_top(top))
 
 
 # -- hints -------------------------------------------------------------------------------------------------------
@@ -530,7 +578,13 @@ def _run(args: argparse.Namespace) -> int:
             out=out,
             profile=args.profile,
         ),
-        "scale": lambda: _scale(results, sizes=_ints(args.nodes), pods=args.sched_pods),
+        "scale": lambda: _scale(
+            results,
+            sizes=_ints(args.nodes),
+            pods=args.sched_pods,
+            profile_dir=out if args.profile else None,
+            profile_seconds=args.profile_seconds,
+        ),
         "hints": lambda: _hints(results, runs=args.hints_runs, nodes=args.hints_nodes, pods=args.hints_pods, out=out),
     }
     for section in SECTIONS:
