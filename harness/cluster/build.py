@@ -245,7 +245,7 @@ def _go_env(*, gopath_workdir: Path) -> dict[str, str]:
     return env
 
 
-def _which_go() -> str:
+def which_go() -> str:
     go = shutil.which("go")
     if go is None:
         raise BuildError("the Go toolchain was not found on PATH; install Go >= 1.26 (https://go.dev/dl/)")
@@ -298,7 +298,7 @@ def build_group(*, group: BinaryGroup, cache_root: Path, progress: Progress, for
     if reason is None:
         return BinarySet(paths={p.name: entry / p.name for p in group.programs})
     progress(f"building {group.group} {group.version} ({reason})")
-    go = _which_go()
+    go = which_go()
     entry.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f".build-{group.version}-", dir=entry.parent) as tmp:

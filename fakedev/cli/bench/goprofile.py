@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from fakedev.errors import BenchError
+from harness.cluster.build import which_go
 from kubeclient import KubeClient
 
 WATCHED_FRAMES: Final[dict[str, str]] = {
@@ -34,7 +35,7 @@ WATCHED_FRAMES: Final[dict[str, str]] = {
 runtime's memory management, which the profile showed to be most of the API server's work."""
 
 _LINE: Final = re.compile(
-    r"^\s*[\d.]+(?:[a-zµ]*s)?\s+(?P<flatp>[\d.]+)%\s+[\d.]+%\s+"
+    r"^\s*[\d.]+(?:[a-zµ]*s)?\s+[\d.]+%\s+[\d.]+%\s+"
     r"[\d.]+(?:[a-zµ]*s)?\s+(?P<cump>[\d.]+)%\s+(?P<fn>\S.*?)(?:\s+\(inline\))?$"
 )
 
@@ -42,8 +43,6 @@ _LINE: Final = re.compile(
 @dataclass(frozen=True, kw_only=True)
 class GoEntry:
     function: str
-    flat_pct: float
-    """Share of samples with this function on top."""
     cum_pct: float
     """Share of samples with this function anywhere on the stack."""
 
@@ -54,7 +53,7 @@ def parse_pprof_top(text: str) -> list[GoEntry]:
     for line in text.splitlines():
         m = _LINE.match(line)
         if m:
-            entries.append(GoEntry(function=m["fn"], flat_pct=float(m["flatp"]), cum_pct=float(m["cump"])))
+            entries.append(GoEntry(function=m["fn"], cum_pct=float(m["cump"])))
     return entries
 
 
@@ -76,11 +75,8 @@ def capture_cpu_profile(client: KubeClient, *, seconds: int) -> bytes:
 
 def pprof_top(profile: Path, *, count: int = 2000) -> str:
     """``go tool pprof -top -cum`` of a saved profile: every function above pprof's noise floor."""
-    go = shutil.which("go")
-    if go is None:
-        raise BenchError("reading a Go CPU profile needs the Go toolchain on PATH (the one `make build` uses)")
     done = subprocess.run(
-        [go, "tool", "pprof", "-top", "-cum", f"-nodecount={count}", str(profile)],
+        [which_go(), "tool", "pprof", "-top", "-cum", f"-nodecount={count}", str(profile)],
         capture_output=True,
         text=True,
         check=False,
@@ -89,3 +85,36 @@ def pprof_top(profile: Path, *, count: int = 2000) -> str:
     if done.returncode != 0:
         raise BenchError(f"go tool pprof {profile}: {done.stderr.strip()[-500:]}")
     return done.stdout
+
+
+class ApiServerSampler:
+    """kube-apiserver's CPU profile, taken in a thread (it blocks for ``seconds``) while the caller waits for the
+    fleet; ``shares()`` then saves ``<out>.pprof`` and ``<out>.top.txt`` and reads them."""
+
+    def __init__(self, *, kube: KubeClient, seconds: int, out: Path) -> None:
+        self.out = out
+        self._kube = kube
+        self._seconds = seconds
+        self._profile: bytes | None = None
+        self._error: Exception | None = None
+        self._thread = threading.Thread(target=self._take, name="apiserver-pprof", daemon=True)
+        self._thread.start()
+
+    def _take(self) -> None:
+        try:
+            self._profile = capture_cpu_profile(self._kube, seconds=self._seconds)
+        except Exception as exc:  # raised again in the caller's thread by shares()
+            self._error = exc
+
+    def shares(self) -> dict[str, float]:
+        """``watched_shares`` of the profile. Raises what taking it raised (then nothing is written) or what reading
+        it raised (the ``.pprof`` stays, for ``go tool pprof`` by hand)."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._profile is not None
+        profile = self.out.with_suffix(".pprof")
+        profile.write_bytes(self._profile)
+        top = pprof_top(profile)
+        self.out.with_suffix(".top.txt").write_text(top)
+        return watched_shares(parse_pprof_top(top))
