@@ -8,12 +8,12 @@ drops the allocation and tries again). This module decides, from the claims as l
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from fakedev.render.example import FABRIC_ATTACH_FAILED, FABRIC_ATTACHED
+from kubeclient.timestamps import render_time
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -22,10 +22,6 @@ class BindingUpdate:
     name: str
     uid: str
     devices: tuple[dict[str, Any], ...]
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def compute_binding_updates(
@@ -65,7 +61,7 @@ def compute_binding_updates(
                         "message": f"{r['device']} attached to the node through the fabric"
                         if ready
                         else f"the fabric could not attach {r['device']}",
-                        "lastTransitionTime": now or _now(),
+                        "lastTransitionTime": now or render_time(),
                     }
                 ],
             }

@@ -8,7 +8,6 @@ the plugin died between writing files and recording the claim. The checkpoint is
 from __future__ import annotations
 
 import contextlib
-import datetime
 import logging
 import os
 import shutil
@@ -35,6 +34,7 @@ from fakedev.nics.plan import NicAssignment, compute_assignment
 from fakedev.nics.ports import ifname_of
 from fakedev.render.example import FABRIC_ATTACHED
 from fakedev.render.published import PublishedDevice
+from kubeclient.timestamps import render_time
 from kubeletapi.types import ClaimRef, PreparedDevice, PrepareResult
 
 log = logging.getLogger("fakedev.driver.state")
@@ -61,10 +61,6 @@ class StatePaths:
     @property
     def metadata_root(self) -> Path:
         return self.plugin_data_dir / metadata.METADATA_DIR_NAME
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def ensure_fake_node(dev_root: Path, relpath: str) -> None:
@@ -452,7 +448,7 @@ def _fabric_attached(model: object) -> bool:
 
 
 def _status_entry(driver: str, device: AllocatedDevice, nic: NicRecord | None, *, attached: bool) -> dict[str, Any]:
-    now = _now()
+    now = render_time()
     conditions = [
         # The binding verdict stays in the entry the driver owns (server-side apply replaces the entry's list).
         *(

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import json
 import logging
 import re
@@ -27,6 +26,7 @@ from typing import Any, Final
 from fakedev.errors import FakedevError
 from fakedev.faults import CallFault, Faults
 from fakedev.render.types import DeviceTaint
+from kubeclient.timestamps import render_time
 from kubeletapi.types import Health
 
 log = logging.getLogger("fakedev.plugin.control")
@@ -48,7 +48,7 @@ class ControlTarget:
 def render_taint(effect: str, message: str) -> DeviceTaint:
     if effect not in EFFECTS:
         raise FakedevError(f"taint effect must be one of {', '.join(EFFECTS)}, not {effect!r}")
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    stamp = render_time()
     # A taint value is a label value; the free-text message stays on the health stream.
     value = re.sub(r"[^A-Za-z0-9_.-]+", "-", message)[:63].strip("-_.") or "unhealthy"
     return {"key": TAINT_KEY, "value": value, "effect": effect, "timeAdded": stamp}

@@ -13,23 +13,12 @@ from harness.cluster.build import KUBERNETES_VERSION
 from kubeclient.client import JsonObj, KubeClient
 from kubeclient.errors import ApiError
 from kubeclient.resources import LEASES, NODES, RESOURCE_SLICES
+from kubeclient.timestamps import render_micro_time, render_time, utc_now
 
 LEASE_NAMESPACE: Final = "kube-node-lease"
 LEASE_SECONDS: Final = 40
 RENEW_SECONDS: Final = 10.0
 DEFAULT_CAPACITY: Final[Mapping[str, str]] = {"cpu": "64", "memory": "512Gi", "pods": "250", "ephemeral-storage": "1Ti"}
-
-
-def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC)
-
-
-def _rfc3339(t: datetime.datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _micro(t: datetime.datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def render_node(*, name: str, labels: Mapping[str, str]) -> JsonObj:
@@ -53,7 +42,7 @@ def render_node(*, name: str, labels: Mapping[str, str]) -> JsonObj:
 def render_node_status(
     *, name: str, capacity: Mapping[str, str], now: datetime.datetime, declared_features: Sequence[str] = ()
 ) -> JsonObj:
-    stamp = _rfc3339(now)
+    stamp = render_time(now)
 
     def condition(kind: str, status: str, reason: str, message: str) -> dict[str, Any]:
         return {
@@ -113,7 +102,7 @@ def register_node(
             if exc.status != 409:
                 raise
     status = render_node_status(
-        name=name, capacity=capacity or DEFAULT_CAPACITY, now=_now(), declared_features=declared_features
+        name=name, capacity=capacity or DEFAULT_CAPACITY, now=utc_now(), declared_features=declared_features
     )
     node = client.patch(NODES, name, status, subresource="status", patch_type="strategic")
     renew_lease(client, name=name)
@@ -121,7 +110,7 @@ def register_node(
 
 
 def renew_lease(client: KubeClient, *, name: str) -> None:
-    now = _micro(_now())
+    now = render_micro_time()
     body = {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import datetime
 import uuid
 from collections.abc import Mapping
 from typing import Any, Final
 
 from kubeclient import ApiError, KubeClient
 from kubeclient.resources import EVENTS
+from kubeclient.timestamps import render_time
 
 FAILED_PREPARE: Final = "FailedPrepareDynamicResources"
 FAILED_PREPARE_PREFIX: Final = "Failed to prepare dynamic resources: prepare dynamic resources: "
@@ -19,7 +19,7 @@ FAILED_UNPREPARE: Final = "FailedUnprepareDynamicResources"
 
 def render_event(*, pod: Mapping[str, Any], node: str, reason: str, message: str, warning: bool) -> dict[str, Any]:
     meta = pod["metadata"]
-    now = datetime.datetime.now(datetime.UTC)
+    now = render_time()
     return {
         "apiVersion": "v1",
         "kind": "Event",
@@ -37,8 +37,8 @@ def render_event(*, pod: Mapping[str, Any], node: str, reason: str, message: str
         "source": {"component": "kubelet", "host": node},
         "reportingComponent": "kubelet",
         "reportingInstance": node,
-        "firstTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "firstTimestamp": now,
+        "lastTimestamp": now,
         "count": 1,
     }
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import logging
 import time
 from collections.abc import Mapping
@@ -28,6 +27,7 @@ from harness.runtime.rootfs import clone_rootfs
 from harness.runtime.runc import Container
 from kubeclient import ApiError
 from kubeclient.resources import PODS
+from kubeclient.timestamps import render_time
 from kubeletapi.types import PreparedDevice
 
 if TYPE_CHECKING:
@@ -40,10 +40,6 @@ START_TIMEOUT: Final = 30.0
 RUNC_FAILED: Final = "runc run failed"
 BACKOFF_START: Final = 0.5
 BACKOFF_MAX: Final = 10.0
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(kw_only=True)
@@ -131,7 +127,7 @@ class PodWorker:
             self.prepared = await self.node.dra.prepare_pod(self.pod)
             self.prepare_error = ""
             self.backoff = BACKOFF_START
-            self.start_time = self.start_time or _now()
+            self.start_time = self.start_time or render_time()
             for c in self._init_containers() + self._containers():
                 self.containers.setdefault(c["name"], ContainerRun(name=c["name"]))
             if not self.adopted:
@@ -164,11 +160,11 @@ class PodWorker:
             if container.exit_code() is None and not container.running():
                 continue  # never started, or lost with a node reboot: start afresh
             run.container, run.restarts = container, attempt
-            run.started_at = run.started_at or _now()
+            run.started_at = run.started_at or render_time()
             run.waiting_reason = ""
             code = container.exit_code()
             if code is not None:
-                run.exit_code, run.finished_at = code, _now()
+                run.exit_code, run.finished_at = code, render_time()
 
     def _create_sandbox(self) -> str:
         name = netns_name(run_id=self.node.run.run_id, suffix=self.uid[:13])
@@ -222,7 +218,7 @@ class PodWorker:
         code = await asyncio.to_thread(run.container.exit_code)
         if code is not None:
             run.exit_code = code
-            run.finished_at = _now()
+            run.finished_at = render_time()
             await asyncio.to_thread(run.container.runtime.delete, run.container.container_id)
 
     async def _start(self, spec: Mapping[str, Any], run: ContainerRun) -> None:
@@ -232,7 +228,7 @@ class PodWorker:
             run.restarts += 1
         try:
             run.container = await asyncio.to_thread(self._launch, spec, run.restarts)
-            run.exit_code, run.started_at, run.finished_at = None, _now(), ""
+            run.exit_code, run.started_at, run.finished_at = None, render_time(), ""
             run.waiting_reason = run.waiting_message = ""
         except (cdi.CdiError, OSError, ValueError, HarnessError) as exc:
             run.container = None
@@ -305,7 +301,7 @@ class PodWorker:
             if run.container is not None and run.exit_code is None:
                 code = await asyncio.to_thread(run.container.stop, timeout=grace)
                 run.exit_code = 137 if code is None else code
-                run.finished_at = _now()
+                run.finished_at = render_time()
 
     async def _cleanup(self) -> bool:
         """Containers stopped, claims unprepared (retried until it works), sandbox removed. True when done."""
@@ -472,7 +468,7 @@ class PodWorker:
         """A pod condition whose lastTransitionTime moves only when its status does."""
         previous = self.transitions.get(kind)
         if previous is None or previous[0] != value:
-            previous = (value, _now())
+            previous = (value, render_time())
             self.transitions[kind] = previous
         return {"type": kind, "status": "True" if value else "False", "lastTransitionTime": previous[1]}
 
