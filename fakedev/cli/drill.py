@@ -13,6 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from fakedev.cli.args import positive_count
 from fakedev.cli.drill_env import FakedevDrillEnvironment
 from fakedev.logs import TextFormatter
 from harness.cluster.config import ClusterSettings
@@ -81,16 +82,6 @@ def repeated(scenarios: Sequence[Scenario], *, times: int) -> list[Scenario]:
     if times == 1:
         return list(scenarios)
     return [dataclasses.replace(s, name=f"{s.name}-{i}") for s in scenarios for i in range(1, times + 1)]
-
-
-def positive_count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def add_parser(sub: Any) -> None:

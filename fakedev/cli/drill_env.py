@@ -1,7 +1,7 @@
 """The drill environment for fakedev: emulated nodes with fake plugins, NIC hardware and fault hooks.
 
-It composes the harness (node emulator, driver processes) with fakedev (profiles, NIC hardware, the plugin's control
-socket), which only the command-line package may do.
+Nodes are fake node rigs (:mod:`fakedev.cli.rig`) sharing one background loop and one fabric; this module adds
+what drills need on top: the scenario's node names, and the faults.
 """
 
 from __future__ import annotations
@@ -14,24 +14,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fakedev.cli.node import plugin_command
-from fakedev.model.inventory import resolve_inventory
+from fakedev.cli.rig import FakeNodeRig, RigSite, RigSpec, remove_fabric
 from fakedev.nics import hardware
-from fakedev.nics.node import NodeNics, install_node_nics
+from fakedev.nics.node import NodeNics
 from fakedev.plugin.control import call_control
-from fakedev.plugin.paths import PluginPaths
-from fakedev.profiles import load_profile
-from fakedev.render import Schema, default_schemas
-from harness.cluster.nodes import DEFAULT_CAPACITY, delete_node
+from fakedev.render import Schema
+from harness.cluster.nodes import DEFAULT_CAPACITY
 from harness.drills.runner import StepFailed
 from harness.drills.scenario import NodeSpec, Scenario, Step
-from harness.kube.waits import wait_list
 from harness.node.background import BackgroundLoop, BackgroundNode
-from harness.node.drivers import DriverContext, DriverProcess, template_driver
-from harness.node.emulator import NodeSettings, node_run_id
+from harness.node.drivers import DriverProcess
+from harness.node.layout import NodeLayout, node_run_id
 from harness.reaper import reap_all
-from harness.runtime.netns import clean_run_netns, delete_netns, list_run_netns
-from harness.runtime.runc import clean_runc_root
 from kubeclient import KubeClient
 from kubeclient.resources import RESOURCE_SLICES
 
@@ -47,13 +41,27 @@ def _profile_path(profile: str, *, scenario: Scenario) -> str:
 
 @dataclass(kw_only=True)
 class EmulatedNode:
+    """A scenario's node: its name in the scenario and the rig that runs it."""
+
     logical: str
-    name: str
-    profile: str
-    background: BackgroundNode
-    drivers: dict[str, DriverProcess] = field(default_factory=dict)
-    """driver name → its plugin process."""
-    nics: NodeNics | None = None
+    rig: FakeNodeRig
+
+    @property
+    def name(self) -> str:
+        return self.rig.name
+
+    @property
+    def background(self) -> BackgroundNode:
+        return self.rig.background
+
+    @property
+    def drivers(self) -> dict[str, DriverProcess]:
+        """Driver name → its plugin process."""
+        return self.rig.plugins
+
+    @property
+    def nics(self) -> NodeNics | None:
+        return self.rig.nics
 
 
 @dataclass(kw_only=True)
@@ -63,81 +71,43 @@ class FakedevDrillEnvironment:
     loop: BackgroundLoop = field(default_factory=BackgroundLoop)
     base: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="fd-")))
     nodes: dict[str, EmulatedNode] = field(default_factory=dict)
+    fabric: str | None = None
 
     # -- nodes -----------------------------------------------------------------------------------------------------
 
     def start_nodes(self, scenario: Scenario, *, prefix: str) -> dict[str, str]:
         self.loop.start()
-        fabric = node_run_id(f"{prefix}-{scenario.nodes[0].name}") if scenario.nodes else ""
+        self.fabric = node_run_id(f"{prefix}-fabric")
+        site = RigSite(
+            client=self.client,
+            kubeconfig=self.kubeconfig,
+            loop=self.loop,
+            base=self.base,
+            rootfs_cache=self.base / "cache",
+        )
         for spec in scenario.nodes:
-            name = f"{prefix}-{spec.name}"[:63].strip("-")
-            profile = _profile_path(spec.profile, scenario=scenario)
-            inventory = resolve_inventory(load_profile(profile), node_name=name)
-            schemas = [Schema(d) for d in spec.drivers] if spec.drivers else list(default_schemas(inventory))
-            nics = (
-                install_node_nics(inventory, node_run_id=node_run_id(name), fabric_run_id=fabric)
-                if (Schema.DRANET in schemas)
-                else None
+            schemas = tuple(Schema(d) for d in spec.drivers) if spec.drivers else None
+            rig = FakeNodeRig.start(
+                RigSpec(
+                    name=f"{prefix}-{spec.name}"[:63].strip("-"),
+                    profile=_profile_path(spec.profile, scenario=scenario),
+                    schemas=schemas,
+                    with_nics=schemas is None or Schema.DRANET in schemas,
+                    fabric=self.fabric,
+                    wipe_grace=spec.wipe_grace,
+                    capacity=_capacity(spec),
+                ),
+                site=site,
             )
-            node_netns = nics.hardware.node_netns if nics else None
-            settings = NodeSettings(
-                name=name,
-                base=self.base,
-                slice_wipe_grace=spec.wipe_grace,
-                rootfs_cache=self.base / "cache",
-                node_netns=node_netns,
-                capacity=_capacity(spec),
-            )
-            node = EmulatedNode(
-                logical=spec.name,
-                name=name,
-                profile=profile,
-                nics=nics,
-                background=BackgroundNode(settings=settings, client=self.client, loop=self.loop),
-            )
-            emulator = node.background.start()
-            for schema in schemas:
-                extra = nics.plugin_args() if nics and schema == Schema.DRANET else ()
-                process = DriverProcess(
-                    name=f"plugin-{schema.value}",
-                    spec=template_driver(plugin_command(profile=profile, schema=schema.value, extra=extra)),
-                    context=DriverContext(
-                        node=name,
-                        kubelet_root=emulator.paths.kubelet_root,
-                        cdi_dir=emulator.paths.cdi,
-                        kubeconfig=self.kubeconfig,
-                    ),
-                    run=emulator.run,
-                )
-                process.start()
-                node.drivers[schema.driver] = process
-            self.nodes[spec.name] = node
-            for driver in node.drivers:
-                self.loop.call(emulator.plugins.wait_registered(driver, timeout=30), timeout=40)
-                # A drill starts from a node whose devices the scheduler already sees.
-                wait_list(
-                    self.client,
-                    RESOURCE_SLICES,
-                    field_selector=f"spec.nodeName={name},spec.driver={driver}",
-                    predicate=bool,
-                    timeout=30,
-                    what=f"slices of {driver} on {name}",
-                )
+            self.nodes[spec.name] = EmulatedNode(logical=spec.name, rig=rig)
         return {logical: n.name for logical, n in self.nodes.items()}
 
     def stop_nodes(self) -> None:
         for node in self.nodes.values():
-            for d in node.drivers.values():
-                with contextlib.suppress(Exception):
-                    d.stop()
             with contextlib.suppress(Exception):
-                node.background.stop(stop_pods=True)
-            clean_run_netns(node_run_id(node.name))
-            if node.nics is not None:
-                hardware.remove(node.nics.hardware)
-                delete_netns(node.nics.hardware.fabric_netns)
-            with contextlib.suppress(Exception):
-                delete_node(self.client, name=node.name)  # its slices too
+                node.rig.stop()
+        if self.fabric is not None:
+            remove_fabric(self.fabric)
         with contextlib.suppress(Exception):
             self.loop.stop()
         reap_all(base=self.base)
@@ -145,10 +115,10 @@ class FakedevDrillEnvironment:
 
     # -- what the runner reads -------------------------------------------------------------------------------------
 
-    def node_root(self, node: str) -> Path | None:
+    def node_layout(self, node: str) -> NodeLayout | None:
         for n in self.nodes.values():
-            if n.name == node and n.background.node is not None:
-                return n.background.node.paths.root
+            if n.name == node:
+                return n.rig.layout
         return None
 
     def pod_logs(self, namespace: str, name: str) -> str:
@@ -188,7 +158,7 @@ class FakedevDrillEnvironment:
         emulator = node.background.node
         if emulator is None:
             raise StepFailed(f"node {node.logical} is down")
-        path = PluginPaths(kubelet_root=emulator.paths.kubelet_root, driver=driver).control_socket
+        path = node.rig.plugin_paths(driver).control_socket
         answer = call_control(path, request, timeout=timeout)
         if not answer.get("ok"):
             raise StepFailed(f"{driver} refused {request['op']}: {answer.get('error')}")
@@ -220,7 +190,7 @@ class FakedevDrillEnvironment:
         if kind == "driver-socket-remove":
             emulator = node.background.node
             assert emulator is not None
-            for sock in emulator.paths.registry.glob(f"{driver}*-reg.sock"):
+            for sock in emulator.layout.registry.glob(f"{driver}*-reg.sock"):
                 sock.unlink()
             return f"registration socket of {driver} on {node.logical} removed"
         if kind == "device-health":
@@ -271,27 +241,7 @@ class FakedevDrillEnvironment:
 
     def _reboot(self, node: EmulatedNode) -> str:
         """Power-cycle: everything volatile goes (containers, sandboxes, CDI specs, runtime state); disks stay."""
-        emulator = node.background.node
-        assert emulator is not None
-        paths = emulator.paths
-        for d in node.drivers.values():
-            d.kill()
-        node.background.stop(stop_pods=False)
-        clean_runc_root(paths.runc)
-        shutil.rmtree(paths.runc, ignore_errors=True)
-        for name in list_run_netns(node_run_id(node.name)):
-            if not name.endswith(("-host", "-fabric")):
-                delete_netns(name)
-        for spec in paths.cdi.glob("*"):
-            spec.unlink()
-        (paths.state / "boot_id").unlink(missing_ok=True)
-        if node.nics is not None:  # NICs that were inside pods went down with their sandboxes; the hardware is back
-            hardware.install(node.nics.hardware, node.nics.ports)
-        emulator = node.background.start()
-        for d in node.drivers.values():
-            d.start()
-        for driver in node.drivers:
-            self.loop.call(emulator.plugins.wait_registered(driver, timeout=30), timeout=40)
+        node.rig.reboot()
         return f"{node.logical} rebooted: containers, sandboxes and CDI specs gone; drivers registered again"
 
 

@@ -83,7 +83,7 @@ def _nic(args: argparse.Namespace) -> int:
     from fakedev.nics.node import nic_namespaces
     from fakedev.nics.ports import compute_ports
     from fakedev.profiles import load_profile
-    from harness.node.emulator import node_run_id
+    from harness.node.layout import node_run_id
 
     hw = nic_namespaces(node_run_id=node_run_id(args.node), fabric_run_id=node_run_id(args.fabric_node or args.node))
     ports = {p.ifname: p for p in compute_ports(resolve_inventory(load_profile(args.profile), node_name=args.node))}

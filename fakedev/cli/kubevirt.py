@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from fakedev.cli.node import kubeconfig_path
+from fakedev.cli.args import kubeconfig_path
 from harness.kubevirt.verify import (
     COMPUTE_CONTAINER,
     emulated_container_log,
@@ -16,8 +16,7 @@ from harness.kubevirt.verify import (
     load_vmi,
     verify_vmi,
 )
-from harness.node.emulator import node_root
-from harness.procs import default_run_base
+from harness.node.layout import NodeLayout
 from kubeclient import KubeClient
 from kubeclient.resources import PODS
 
@@ -56,7 +55,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def _verify(args: argparse.Namespace) -> int:
-    client = KubeClient.from_kubeconfig(kubeconfig_path(args.kubeconfig))
+    client = KubeClient.from_kubeconfig(kubeconfig_path(args.kubeconfig, command="kubevirt verify"))
     vmi = load_vmi(args.vmi)
     namespace = (vmi.get("metadata") or {}).get("namespace") or "default"
     pod = client.get(PODS, args.pod, namespace=namespace) if args.pod else find_launcher_pod(client, vmi=vmi)
@@ -64,10 +63,15 @@ def _verify(args: argparse.Namespace) -> int:
     if not node and args.node_root is None:
         print(f"fakedev kubevirt verify: pod {pod['metadata']['name']} is not on a node yet", file=sys.stderr)
         return 1
-    root = args.node_root or node_root(node, base=args.base or default_run_base())
+    layout = (
+        NodeLayout(name=node or "", root=args.node_root)
+        if args.node_root is not None
+        else NodeLayout.for_node(node, base=args.base)
+    )
     names = [c["name"] for c in pod["spec"]["containers"]]
-    log = emulated_container_log(root, pod=pod, container=COMPUTE_CONTAINER if COMPUTE_CONTAINER in names else names[0])
-    report = verify_vmi(vmi=vmi, client=client, node=emulated_node_view(root), pod=pod, container_output=log)
+    container = COMPUTE_CONTAINER if COMPUTE_CONTAINER in names else names[0]
+    log = emulated_container_log(layout, pod=pod, container=container)
+    report = verify_vmi(vmi=vmi, client=client, node=emulated_node_view(layout), pod=pod, container_output=log)
     if args.json:
         doc = {
             "vmi": report.vmi,

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import os
 import signal
 import sys
 import threading
@@ -12,21 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from fakedev import logs
-from fakedev.model.inventory import resolve_inventory
-from fakedev.nics.hardware import remove as remove_hardware
-from fakedev.nics.node import NodeNics, install_node_nics
-from fakedev.profiles import load_profile
-from fakedev.render import Schema, default_schemas
-from harness.cluster import daemon
+from fakedev.cli.args import kubeconfig_path
+from fakedev.cli.rig import FakeNodeRig, NodeHardware, RigSite, RigSpec, remove_fabric, start_plugins
 from harness.cluster.nodes import NodeHeartbeats
-from harness.errors import ClusterStateError
-from harness.node.drivers import DriverContext, DriverProcess, template_driver
-from harness.node.emulator import NodeEmulator, NodeSettings, node_root, node_run_id
-from harness.procs import default_run_base
+from harness.node.background import BackgroundLoop
+from harness.node.drivers import DriverContext
+from harness.node.layout import NodeLayout, node_run_id
 from harness.realnode.node import RealNode, settings_for_cluster
 from kubeclient import KubeClient
 from kubeclient.resources import PODS
-from linuxns import delete_netns
 
 DESCRIPTION = """\
 run   Emulate one or more nodes: register each Node (Ready, Lease kept fresh), start a `fakedev plugin` per
@@ -86,42 +78,6 @@ def add_parser(sub: Any) -> None:
     lg.set_defaults(handler=_logs)
 
 
-def kubeconfig_path(explicit: Path | None) -> Path:
-    if explicit is not None:
-        return explicit
-    if os.environ.get("KUBECONFIG"):
-        return Path(os.environ["KUBECONFIG"])
-    try:
-        return Path(daemon.read_pointer(state_dir=daemon.default_state_dir(), name="default")["kubeconfig"])
-    except ClusterStateError as exc:
-        raise SystemExit(
-            f"fakedev node: no cluster: give --kubeconfig, set KUBECONFIG or run `fakedev cluster up` ({exc})"
-        ) from exc
-
-
-def plugin_command(*, profile: str, schema: str, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """The fake plugin as the harness launches any driver: a command line with per-node placeholders."""
-    return (
-        sys.executable,
-        "-m",
-        "fakedev",
-        "plugin",
-        "--profile",
-        profile,
-        "--schema",
-        schema,
-        "--node-name",
-        "{node}",
-        "--kubelet-root",
-        "{kubelet_root}",
-        "--cdi-dir",
-        "{cdi_dir}",
-        "--kubeconfig",
-        "{kubeconfig}",
-        *extra,
-    )
-
-
 def _names(args: argparse.Namespace) -> list[str]:
     if args.node_name and args.nodes == 1:
         return [args.node_name]
@@ -136,89 +92,48 @@ def _run(args: argparse.Namespace) -> int:
 
     logging.getLogger("harness").handlers = logging.getLogger("fakedev").handlers
     logging.getLogger("harness").setLevel("INFO")
-    kubeconfig = kubeconfig_path(args.kubeconfig)
-    profile = load_profile(args.profile)
-    schemas = default_schemas(resolve_inventory(profile, node_name="probe"))
+    kubeconfig = kubeconfig_path(args.kubeconfig, command="node run")
     names = _names(args)
-    fabric_id = node_run_id(names[0])
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        client = KubeClient.from_kubeconfig(kubeconfig)
-        beats = NodeHeartbeats(client=client)
-        beats.start()
-        nodes, drivers = [], []
-        hardware_made: list[NodeNics] = []
-        try:
-            for name in names:
-                # The node's NICs are its hardware: made before its drivers start, on one fabric for all nodes.
-                # Off the loop: pyroute2's synchronous sockets run an event loop of their own.
-                nics = await asyncio.to_thread(
-                    install_node_nics,
-                    resolve_inventory(profile, node_name=name),
-                    node_run_id=node_run_id(name),
-                    fabric_run_id=fabric_id,
-                )
-                hardware_made.extend([nics] if nics else [])
-                node = NodeEmulator(
-                    settings=NodeSettings(
-                        name=name,
-                        base=args.base,
-                        slice_wipe_grace=args.wipe_grace,
-                        node_netns=nics.hardware.node_netns if nics else None,
-                    ),
-                    client=client,
-                    heartbeats=beats,
-                )
-                await node.start()
-                nodes.append(node)
-                for schema in schemas:
-                    d = DriverProcess(
-                        name=f"plugin-{schema.value}",
-                        spec=template_driver(
-                            plugin_command(
-                                profile=args.profile,
-                                schema=schema.value,
-                                extra=nics.plugin_args() if nics and schema == Schema.DRANET else (),
-                            )
-                        ),
-                        context=DriverContext(
-                            node=name,
-                            kubelet_root=node.paths.kubelet_root,
-                            cdi_dir=node.paths.cdi,
-                            kubeconfig=kubeconfig,
-                        ),
-                        run=node.run,
-                    )
-                    d.start()
-                    drivers.append(d)
-                print(f"node {name}: {node.paths.root} ({', '.join(s.driver for s in schemas)})", flush=True)
-            await stop.wait()
-        finally:
-            for d in drivers:
-                d.stop()
-            for node in nodes:
-                await node.stop()
-            for made in hardware_made:
-                await asyncio.to_thread(remove_hardware, made.hardware)
-            if hardware_made:
-                await asyncio.to_thread(delete_netns, hardware_made[0].hardware.fabric_netns)
-            beats.stop()
-
-    asyncio.run(main())
+    fabric = node_run_id(names[0])  # one fabric for every node of this process
+    client = KubeClient.from_kubeconfig(kubeconfig)
+    beats = NodeHeartbeats(client=client)
+    beats.start()
+    loop = BackgroundLoop()
+    loop.start()
+    site = RigSite(client=client, kubeconfig=kubeconfig, loop=loop, base=args.base, heartbeats=beats)
+    stop = _stop_on_signals()
+    rigs: list[FakeNodeRig] = []
+    try:
+        for name in names:
+            rig = FakeNodeRig.start(
+                RigSpec(name=name, profile=args.profile, fabric=fabric, wipe_grace=args.wipe_grace), site=site
+            )
+            rigs.append(rig)
+            print(f"node {name}: {rig.layout.root} ({', '.join(rig.plugins)})", flush=True)
+        stop.wait()
+    finally:
+        # A kubelet stop: the Nodes stay (NotReady once their Leases age) and containers keep running; a later
+        # `fakedev node run` with the same names adopts them.
+        for rig in rigs:
+            rig.stop(decommission=False)
+        remove_fabric(fabric)
+        loop.stop()
+        beats.stop()
     return 0
+
+
+def _stop_on_signals() -> threading.Event:
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
 
 
 def _run_real(args: argparse.Namespace) -> int:
     if args.nodes != 1:
         raise SystemExit("fakedev node run --real: one real node per address; --nodes must be 1")
     logs.configure(fmt=args.log_format)
-    kubeconfig = kubeconfig_path(args.kubeconfig)
-    profile = load_profile(args.profile)
-    schemas = default_schemas(resolve_inventory(profile, node_name="probe"))
+    kubeconfig = kubeconfig_path(args.kubeconfig, command="node run")
     client = KubeClient.from_kubeconfig(kubeconfig)
     node = RealNode(
         settings=settings_for_cluster(
@@ -226,52 +141,48 @@ def _run_real(args: argparse.Namespace) -> int:
         )
     )
     node.start(client=client, progress=lambda step: print(f"real node {args.address}: starting {step}", flush=True))
-    drivers = []
+    # The real kubelet moves no NICs of ours yet: the plugins get the profile's devices, not its veth pairs.
+    hardware = NodeHardware.install(profile=args.profile, node_name=node.name, nics=False)
+    plugins = {}
     try:
-        for schema in schemas:
-            d = DriverProcess(
-                name=f"plugin-{schema.value}",
-                spec=template_driver(plugin_command(profile=args.profile, schema=schema.value)),
-                context=DriverContext(
-                    node=node.name,
-                    kubelet_root=node.layout.kubelet_root,
-                    cdi_dir=node.layout.cdi_dir,
-                    kubeconfig=kubeconfig,
-                ),
-                run=node.run,
-            )
-            d.start()
-            drivers.append(d)
+        plugins = start_plugins(
+            hardware=hardware,
+            schemas=hardware.schemas,
+            context=DriverContext(
+                node=node.name,
+                kubelet_root=node.layout.kubelet_root,
+                cdi_dir=node.layout.cdi_dir,
+                kubeconfig=kubeconfig,
+            ),
+            run=node.run,
+        )
         print(
             f"real node {node.name}: kubelet root {node.layout.kubelet_root}, logs {node.run.path / 'logs'} "
-            f"({', '.join(s.driver for s in schemas)}). Ctrl-C stops.",
+            f"({', '.join(plugins)}). Ctrl-C stops.",
             flush=True,
         )
-        stop = threading.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
-        stop.wait()
+        _stop_on_signals().wait()
     finally:
-        for d in drivers:
-            d.stop()
+        for process in plugins.values():
+            process.stop()
         node.stop()
     return 0
 
 
 def _logs(args: argparse.Namespace) -> int:
-    client = KubeClient.from_kubeconfig(kubeconfig_path(args.kubeconfig))
+    client = KubeClient.from_kubeconfig(kubeconfig_path(args.kubeconfig, command="node logs"))
     pod = client.get(PODS, args.pod, namespace=args.namespace)
     node = pod["spec"].get("nodeName")
     if not node:
         raise SystemExit(f"fakedev node logs: pod {args.namespace}/{args.pod} is not bound to a node yet")
-    pod_dir = node_root(node, base=args.base or default_run_base()) / "emulator" / "pods" / pod["metadata"]["uid"]
+    files = NodeLayout.for_node(node, base=args.base).pod(pod["metadata"]["uid"])
     containers = [args.container] if args.container else [c["name"] for c in pod["spec"]["containers"]]
     for name in containers:
-        attempts = sorted(pod_dir.glob(f"{name}-*"), key=lambda p: int(p.name.rsplit("-", 1)[1]))
-        if not attempts:
+        text = files.latest_log(name)
+        if text is None:
             raise SystemExit(
                 f"fakedev node logs: container {name} of {args.namespace}/{args.pod} has not run on "
-                f"{node} (looked in {pod_dir})"
+                f"{node} (looked in {files.dir})"
             )
-        sys.stdout.write((attempts[-1] / "log").read_text(errors="replace"))
+        sys.stdout.write(text)
     return 0

@@ -6,12 +6,12 @@ import argparse
 import asyncio
 import os
 import signal
-import sys
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from fakedev import logs
 from fakedev.plugin.app import DEFAULT_CDI_DIR, DEFAULT_KUBELET_ROOT, PluginSettings, run_plugin
+from fakedev.plugin.tuning import tune_for_serving
 from fakedev.render import Schema
 from kubeclient import Credentials, credentials_from_kubeconfig, credentials_in_cluster
 
@@ -22,9 +22,6 @@ Devices come from a node profile (`fakedev profile list`); their ResourceSlices 
 Prepare writes CDI specs into --cdi-dir and device-metadata files below the plugin's data dir, and sets the
 claim's status.devices. Stop with SIGTERM or Ctrl-C; prepared claims survive restarts (checkpoint).
 """
-
-
-GIL_SWITCH_SECONDS: Final = 0.0005
 
 
 def add_parser(sub: Any) -> None:
@@ -119,10 +116,7 @@ def _run(args: argparse.Namespace) -> int:
     if not args.node_name:
         raise SystemExit("fakedev plugin: --node-name is required (or set NODE_NAME)")
     logs.configure(fmt=args.log_format, level=args.log_level)
-    # The plugin's threads (event loop, gRPC poller, the prepare worker, the status writer) mostly wait on I/O; with
-    # CPython's default 5 ms switch interval a thread whose I/O is done can wait that long for the GIL behind a busy
-    # one, which doubled prepare latency (make bench). 0.5 ms hands the GIL over sooner.
-    sys.setswitchinterval(GIL_SWITCH_SECONDS)
+    tune_for_serving()
     settings = PluginSettings(
         profile=args.profile,
         node_name=args.node_name,

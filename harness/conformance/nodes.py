@@ -109,11 +109,11 @@ class EmulatedConformanceNode:
 
     @property
     def kubelet_root(self) -> Path:
-        return self.emulator.paths.kubelet_root
+        return self.emulator.layout.kubelet_root
 
     @property
     def cdi_dir(self) -> Path:
-        return self.emulator.paths.cdi
+        return self.emulator.layout.cdi
 
     @property
     def run(self) -> RunDir:
@@ -152,7 +152,7 @@ class EmulatedConformanceNode:
         return self.emulator.pod_worker(namespace=namespace, name=pod) is None
 
     def artifacts(self) -> dict[str, str]:
-        return checkpoints(plugins=self.emulator.paths.plugins, kubelet=self.emulator.paths.checkpoint)
+        return checkpoints(plugins=self.emulator.layout.plugins, kubelet=self.emulator.layout.dra_checkpoint)
 
 
 @dataclass(kw_only=True)

@@ -10,10 +10,10 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from harness.kubevirt.verify import VerifyError, emulated_node_view, verify_vmi
+from harness.node.layout import NodeLayout
 from kubeclient import JsonObj, KubeClient
 from kubeclient.resources import DEVICE_CLASSES, EVENTS, KNOWN, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 
@@ -28,7 +28,7 @@ class ConditionContext:
     nodes: Mapping[str, str]
     """Scenario node name → real node name."""
     logs: LogReader
-    node_roots: Callable[[str], Path | None] = lambda _: None
+    node_layouts: Callable[[str], NodeLayout | None] = lambda _: None
     """Real node name → the emulated node's directory (for checks that read node files), None if unknown."""
 
 
@@ -213,8 +213,8 @@ def check_kubevirt(c: Mapping[str, Any], ctx: ConditionContext) -> str | None:
     env = {e["name"]: e.get("value", "") for ct in pod["spec"]["containers"] for e in ct.get("env") or []}
     if "VMI_JSON" not in env:
         return f"launcher pod {c['kubevirt']} carries no VMI_JSON"
-    root = ctx.node_roots(str(pod["spec"].get("nodeName", "")))
-    if root is None:
+    layout = ctx.node_layouts(str(pod["spec"].get("nodeName", "")))
+    if layout is None:
         return f"launcher pod {c['kubevirt']} is not on an emulated node"
     vmi = json.loads(env["VMI_JSON"])
     vmi.setdefault("metadata", {})["namespace"] = ctx.namespace
@@ -222,7 +222,7 @@ def check_kubevirt(c: Mapping[str, Any], ctx: ConditionContext) -> str | None:
         report = verify_vmi(
             vmi=vmi,
             client=ctx.client,
-            node=emulated_node_view(root),
+            node=emulated_node_view(layout),
             pod=pod,
             container_output=ctx.logs(ctx.namespace, str(c["kubevirt"])),
         )

@@ -14,7 +14,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Final, Protocol
 
 from harness.cluster.local import LocalCluster
@@ -23,6 +22,7 @@ from harness.drills.requirements import api_served, cluster_gates, missing_requi
 from harness.drills.scenario import Scenario, Step
 from harness.kube.manifests import apply_objects, load_manifests
 from harness.kube.waits import describe_pod
+from harness.node.layout import NodeLayout
 from kubeclient import ApiError, JsonObj, KubeClient
 from kubeclient.resources import (
     DEVICE_CLASSES,
@@ -56,8 +56,8 @@ class DrillEnvironment(Protocol):
 
     def pod_logs(self, namespace: str, name: str) -> str: ...
 
-    def node_root(self, node: str) -> Path | None:
-        """The emulated node's directory (kubelet root, CDI dir, checkpoint), None if ``node`` is not one."""
+    def node_layout(self, node: str) -> NodeLayout | None:
+        """The emulated node's files (kubelet root, CDI dir, checkpoint), None if ``node`` is not one."""
         ...
 
     def device_health(self) -> dict[str, str]:
@@ -220,7 +220,7 @@ class DrillRun:
             namespace=self.namespace,
             nodes=self.nodes,
             logs=self.env.pod_logs,
-            node_roots=self.env.node_root,
+            node_layouts=self.env.node_layout,
         )
 
     def _do(self, step: Step) -> str:

@@ -38,6 +38,7 @@ from harness.kubevirt.launcher import (
 )
 from harness.kubevirt.vmi import Finding, check_admission, dra_devices
 from harness.node.dra_manager import parse_checkpoint
+from harness.node.layout import NodeLayout
 from harness.node.podclaims import compute_container_cdi_ids, compute_pod_claims
 from kubeclient import JsonObj, KubeClient
 from kubeclient.resources import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
@@ -358,21 +359,16 @@ def verify_vmi(
 # -- an emulated node's files ----------------------------------------------------------------------------------------
 
 
-def emulated_node_view(root: Path) -> NodeView:
+def emulated_node_view(layout: NodeLayout) -> NodeView:
     """An emulated node's CDI dir, DRA checkpoint, and each fake plugin's sysfs tree (``plugins/<driver>/sys``)."""
-    plugins = root / "plugins"
+    plugins = layout.plugins
     sysfs = {p.name: p / "sys" for p in plugins.iterdir() if (p / "sys").is_dir()} if plugins.is_dir() else {}
-    return NodeView(cdi_dirs=(root / "cdi",), checkpoint=root / "emulator" / "dra_manager_state", sysfs_roots=sysfs)
+    return NodeView(cdi_dirs=(layout.cdi,), checkpoint=layout.dra_checkpoint, sysfs_roots=sysfs)
 
 
-def emulated_container_log(root: Path, *, pod: Mapping[str, Any], container: str) -> str | None:
+def emulated_container_log(layout: NodeLayout, *, pod: Mapping[str, Any], container: str) -> str | None:
     """The latest run's output of ``container`` on an emulated node, or None if it has not run there."""
-    pod_dir = root / "emulator" / "pods" / pod["metadata"]["uid"]
-    attempts = sorted(pod_dir.glob(f"{container}-*"), key=lambda p: int(p.name.rsplit("-", 1)[1]))
-    try:
-        return (attempts[-1] / "log").read_text(errors="replace") if attempts else None
-    except FileNotFoundError:  # the container is being created
-        return None
+    return layout.pod(pod["metadata"]["uid"]).latest_log(container)
 
 
 def load_vmi(path: Path) -> dict[str, Any]:

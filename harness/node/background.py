@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
+from harness.cluster.nodes import NodeHeartbeats
 from harness.errors import HarnessError
 from harness.node.emulator import NodeEmulator, NodeSettings
+from harness.node.layout import NodeLayout
 from kubeclient import KubeClient
 
 T = TypeVar("T")
@@ -59,15 +61,18 @@ class BackgroundLoop:
 
 @dataclass(kw_only=True)
 class BackgroundNode:
-    """One emulated node on a background loop; ``restart()`` is a kubelet restart (containers keep running)."""
+    """One emulated node on a background loop; ``restart()`` is a kubelet restart (containers keep running),
+    ``reboot()`` a power cycle."""
 
     settings: NodeSettings
     client: KubeClient
     loop: BackgroundLoop
+    heartbeats: NodeHeartbeats | None = None
+    """Shared by the nodes of one process (one thread renews every Lease); None: the node keeps its own."""
     node: NodeEmulator | None = None
 
     def start(self) -> NodeEmulator:
-        self.node = NodeEmulator(settings=self.settings, client=self.client)
+        self.node = NodeEmulator(settings=self.settings, client=self.client, heartbeats=self.heartbeats)
         self.loop.call(self.node.start())
         return self.node
 
@@ -81,4 +86,17 @@ class BackgroundNode:
 
     def restart(self) -> NodeEmulator:
         self.stop()
+        return self.start()
+
+    @property
+    def layout(self) -> NodeLayout:
+        return NodeLayout.for_node(self.settings.name, base=self.settings.base)
+
+    def reboot(self, *, while_off: Callable[[], None] = lambda: None) -> NodeEmulator:
+        """Power-cycle the node: the kubelet stops without stopping pods (the power is cut), everything volatile
+        goes (:meth:`NodeLayout.power_off`), ``while_off`` restores what comes back by itself (hardware), and the
+        node boots: its emulator prepares every claim again before restarting the pods."""
+        self.stop(stop_pods=False)
+        self.layout.power_off()
+        while_off()
         return self.start()

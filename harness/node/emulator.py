@@ -3,17 +3,14 @@
 It plays exactly the kubelet's part for DRA and drives any driver only through its sockets, so the same loop checks
 fakedev's plugin and anybody else's. Several emulators can share one event loop (``fakedev node --nodes N``).
 
-A node's directory ``<base>/fakedev-node-<hash of the node name>`` doubles as its kubelet root
-(``plugins_registry/``, ``plugins/``), its CDI directory (``cdi/``), its state (``emulator/``: DRA checkpoint, pod
-bundles and logs) and its runc root (``runc/``). It is reused across emulator restarts — a "kubelet restart" — and
-locked while an emulator owns it.
+Its files live in one directory per node (:mod:`harness.node.layout`), reused across emulator restarts — a
+"kubelet restart": containers keep running and are adopted — and locked while an emulator owns it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import os
 import threading
@@ -25,10 +22,11 @@ from typing import Any, Final
 
 from harness.cluster.nodes import NodeHeartbeats, register_node
 from harness.node.dra_manager import DraManager
+from harness.node.layout import NodeLayout
 from harness.node.plugins import PluginManager
 from harness.node.podclaims import compute_pod_claims, compute_resource_status_name
-from harness.node.pods import PodWorker
-from harness.procs import RunDir, default_run_base, open_run_dir
+from harness.node.pods import PodClaims, PodWorker
+from harness.procs import RunDir, open_run_dir
 from harness.runtime.images import LOCAL_IMAGES, ensure_image
 from harness.runtime.rootfs import ensure_rootfs
 from harness.runtime.runc import Runc
@@ -45,52 +43,6 @@ DECLARED_FEATURES: Final = ("DRANodeAllocatableResources", "DRAOptionalNodeOpera
 operations; it enforces no cgroups at all, so for node-allocatable resources the scheduler's accounting is what it
 lets drills exercise (kube-apiserver refuses such slices from nodes that do not declare the feature)."""
 WATCH_SECONDS: Final = 30
-
-
-def node_run_id(name: str) -> str:
-    """A short stable id per node name, so the node's directory and namespaces survive emulator restarts."""
-    return hashlib.sha256(name.encode()).hexdigest()[:8]
-
-
-def node_root(name: str, *, base: Path | None = None) -> Path:
-    return (base or default_run_base()) / f"fakedev-node-{node_run_id(name)}"
-
-
-@dataclass(frozen=True, kw_only=True)
-class NodePaths:
-    root: Path
-
-    @property
-    def kubelet_root(self) -> Path:
-        return self.root
-
-    @property
-    def registry(self) -> Path:
-        return self.root / "plugins_registry"
-
-    @property
-    def plugins(self) -> Path:
-        return self.root / "plugins"
-
-    @property
-    def cdi(self) -> Path:
-        return self.root / "cdi"
-
-    @property
-    def state(self) -> Path:
-        return self.root / "emulator"
-
-    @property
-    def pods(self) -> Path:
-        return self.state / "pods"
-
-    @property
-    def checkpoint(self) -> Path:
-        return self.state / "dra_manager_state"
-
-    @property
-    def runc(self) -> Path:
-        return self.root / "runc"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,7 +67,6 @@ class NodeEmulator:
     client: KubeClient
     heartbeats: NodeHeartbeats | None = None
     run: RunDir = field(init=False)
-    paths: NodePaths = field(init=False)
     plugins: PluginManager = field(init=False)
     dra: DraManager = field(init=False)
     runtime: Runc = field(init=False)
@@ -138,40 +89,50 @@ class NodeEmulator:
     def stopping(self) -> bool:
         return self._stopping.is_set()
 
+    @property
+    def layout(self) -> NodeLayout:
+        return NodeLayout.for_node(self.settings.name, base=self.settings.base)
+
+    @property
+    def claims(self) -> PodClaims:
+        return self.dra
+
+    @property
+    def cdi_dirs(self) -> tuple[Path, ...]:
+        return self.settings.cdi_dirs or (self.layout.cdi,)
+
+    @property
+    def node_netns(self) -> str | None:
+        return self.settings.node_netns
+
     def rootfs_for(self, image: str) -> Path:
         """The rootfs template for a container image (a local image's program added to busybox)."""
         if image not in LOCAL_IMAGES:
             return self.rootfs_template
         # Once per image and emulator: checking the cache hashes busybox and the program's sources.
         if image not in self._images:
-            self._images[image] = ensure_image(
-                image, cache_root=self.settings.rootfs_cache or self.paths.root / "cache"
-            )
+            self._images[image] = ensure_image(image, cache_root=self.settings.rootfs_cache or self.layout.cache)
         return self._images[image]
 
     # -- life cycle ----------------------------------------------------------------------------------------------
 
     async def start(self) -> None:
         s = self.settings
-        root = node_root(s.name, base=s.base)
-        self.run = open_run_dir(purpose="node", base=s.base, run_id=node_run_id(s.name), reuse=True)
-        self.paths = NodePaths(root=root)
-        for d in (self.paths.registry, self.paths.plugins, self.paths.cdi, self.paths.pods):
-            d.mkdir(parents=True, exist_ok=True)
-        self.settings = s if s.cdi_dirs else _with_cdi(s, (self.paths.cdi,))
-        self.runtime = Runc.at(self.paths.runc)
-        self.rootfs_template = await asyncio.to_thread(ensure_rootfs, cache_root=s.rootfs_cache or root / "cache")
-        self.plugins = PluginManager(registry_dir=self.paths.registry, on_health=self._on_health)
+        layout = self.layout
+        self.run = open_run_dir(purpose="node", base=layout.base, run_id=layout.run_id, reuse=True)
+        layout.make_dirs()
+        self.runtime = Runc.at(layout.runc)
+        self.rootfs_template = await asyncio.to_thread(ensure_rootfs, cache_root=s.rootfs_cache or layout.cache)
+        self.plugins = PluginManager(registry_dir=layout.registry, on_health=self._on_health)
         self.dra = DraManager(
-            node_name=s.name, client=self.client, plugins=self.plugins, checkpoint_path=self.paths.checkpoint
+            node_name=s.name, client=self.client, plugins=self.plugins, checkpoint_path=layout.dra_checkpoint
         )
         self.dra.load()
-        boot = self.paths.state / "boot_id"
-        if not boot.exists():
+        if not layout.boot_id.exists():
             # A new boot (the marker lives with volatile state): CDI specs and sandboxes are gone, so every claim
             # must be prepared again before its pods restart, as after a node reboot.
             self.dra.forget_prepared()
-            boot.write_text(os.urandom(8).hex() + "\n")
+            layout.boot_id.write_text(os.urandom(8).hex() + "\n")
         self._loop = asyncio.get_running_loop()
         await asyncio.to_thread(
             register_node,
@@ -193,7 +154,7 @@ class NodeEmulator:
             asyncio.create_task(self._wiper(), name=f"{s.name}-wiper"),
         ]
         threading.Thread(target=self._watch_pods, name=f"{s.name}-pods", daemon=True).start()
-        log.info("node emulator started", extra={"fields": {"node": s.name, "root": str(root)}})
+        log.info("node emulator started", extra={"fields": {"node": s.name, "root": str(layout.root)}})
 
     async def stop(self, *, stop_pods: bool = False) -> None:
         """Stop emulating. Containers keep running unless ``stop_pods`` (as with a kubelet stop)."""
@@ -370,9 +331,3 @@ class NodeEmulator:
                     seen.discard(driver)
                     gone_since.pop(driver, None)
             await asyncio.sleep(0.5)  # the wiper's period
-
-
-def _with_cdi(settings: NodeSettings, dirs: tuple[Path, ...]) -> NodeSettings:
-    from dataclasses import replace
-
-    return replace(settings, cdi_dirs=dirs)

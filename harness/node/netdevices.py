@@ -28,12 +28,17 @@ def apply_net_devices(oci: dict[str, Any], *, sandbox: str, source_netns: str | 
     moved = json.loads(record.read_text()) if record.exists() else {}
     for host_name, target in devices.items():
         name = (target or {}).get("name") or host_name
-        if name in moved:
+        if name in moved and _present(sandbox, name):
             continue  # a container restart: the interface is already in the sandbox
         _move(host_name=host_name, name=name, source=source_netns, sandbox=sandbox)
         moved[name] = host_name
         record.write_text(json.dumps(moved))
     return {**oci, "linux": linux}
+
+
+def _present(netns: str, name: str) -> bool:
+    with netlink(netns) as ns:
+        return bool(ns.link_lookup(ifname=name))
 
 
 def _move(*, host_name: str, name: str, source: str | None, sandbox: str) -> None:

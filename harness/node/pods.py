@@ -9,29 +9,27 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 import cdi
 from harness.errors import ComponentError, HarnessError
 from harness.node.dra_manager import PrepareError
 from harness.node.events import FAILED_PREPARE, FAILED_PREPARE_PREFIX, FAILED_UNPREPARE, record_event
+from harness.node.layout import NodeLayout, PodLayout
 from harness.node.netdevices import apply_net_devices, release_net_devices
 from harness.node.podclaims import compute_container_cdi_ids
-from harness.procs import wait_for
-from harness.runtime.netns import create_netns, delete_netns, netns_name, netns_path
+from harness.procs import RunDir, wait_for
+from harness.runtime.netns import create_netns, delete_netns, netns_path
 from harness.runtime.oci import render_container_spec
 from harness.runtime.rootfs import clone_rootfs
-from harness.runtime.runc import Container
-from kubeclient import ApiError
+from harness.runtime.runc import Container, Runc
+from kubeclient import ApiError, KubeClient
 from kubeclient.resources import PODS
 from kubeclient.timestamps import render_time
 from kubeletapi.types import PreparedDevice
-
-if TYPE_CHECKING:
-    from harness.node.emulator import NodeEmulator
 
 log = logging.getLogger("harness.node.pods")
 
@@ -40,6 +38,55 @@ START_TIMEOUT: Final = 30.0
 RUNC_FAILED: Final = "runc run failed"
 BACKOFF_START: Final = 0.5
 BACKOFF_MAX: Final = 10.0
+
+
+class PodClaims(Protocol):
+    """The node's DRA manager, as far as a pod needs it."""
+
+    async def prepare_pod(self, pod: Mapping[str, Any]) -> dict[str, list[PreparedDevice]]: ...
+
+    async def unprepare_pod(self, pod_uid: str) -> None: ...
+
+
+class PodHost(Protocol):
+    """What a pod worker needs of its node (the emulator provides it; the worker never reaches further)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def client(self) -> KubeClient: ...
+
+    @property
+    def layout(self) -> NodeLayout: ...
+
+    @property
+    def run(self) -> RunDir: ...
+
+    @property
+    def runtime(self) -> Runc: ...
+
+    @property
+    def claims(self) -> PodClaims: ...
+
+    @property
+    def cdi_dirs(self) -> tuple[Path, ...]: ...
+
+    @property
+    def node_netns(self) -> str | None:
+        """The namespace holding the node's NICs, where netDevices come from (None: the emulator's own)."""
+        ...
+
+    @property
+    def stopping(self) -> bool: ...
+
+    def rootfs_for(self, image: str) -> Path: ...
+
+    def health_status(self, *, pod: Mapping[str, Any], container: Mapping[str, Any]) -> list[dict[str, Any]]: ...
+
+    def forget(self, uid: str) -> None:
+        """The worker is done (the pod is gone and everything released)."""
+        ...
 
 
 @dataclass(kw_only=True)
@@ -57,7 +104,7 @@ class ContainerRun:
 
 @dataclass(kw_only=True)
 class PodWorker:
-    node: NodeEmulator
+    node: PodHost
     uid: str
     pod: dict[str, Any]
     changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -82,8 +129,8 @@ class PodWorker:
         return f"{self.pod['metadata']['namespace']}/{self.pod['metadata']['name']}"
 
     @property
-    def dir(self) -> Path:
-        return self.node.paths.pods / self.uid
+    def files(self) -> PodLayout:
+        return self.node.layout.pod(self.uid)
 
     def update(self, pod: dict[str, Any] | None) -> None:
         if pod is None:
@@ -124,7 +171,7 @@ class PodWorker:
         try:
             if self.sandbox is None:
                 self.sandbox = await asyncio.to_thread(self._create_sandbox)
-            self.prepared = await self.node.dra.prepare_pod(self.pod)
+            self.prepared = await self.node.claims.prepare_pod(self.pod)
             self.prepare_error = ""
             self.backoff = BACKOFF_START
             self.start_time = self.start_time or render_time()
@@ -150,16 +197,17 @@ class PodWorker:
 
     def _adopt_existing(self) -> None:
         """After an emulator restart, take back the containers an earlier process started (newest attempt each)."""
+        files = self.files
         for run in self.containers.values():
-            bundles = sorted(self.dir.glob(f"{run.name}-*"), key=lambda p: int(p.name.rsplit("-", 1)[1]))
-            if not bundles:
+            latest = files.latest_run(run.name)
+            if latest is None:
                 continue
-            attempt = int(bundles[-1].name.rsplit("-", 1)[1])
-            cid = f"{self.node.run.run_id}-{self.uid[:13]}-{run.name}-{attempt}"[:120]
-            container = self.node.runtime.adopt(container_id=cid, bundle=bundles[-1])
+            container = self.node.runtime.adopt(
+                container_id=files.container_id(container=run.name, attempt=latest.attempt), bundle=latest.bundle
+            )
             if container.exit_code() is None and not container.running():
                 continue  # never started, or lost with a node reboot: start afresh
-            run.container, run.restarts = container, attempt
+            run.container, run.restarts = container, latest.attempt
             run.started_at = run.started_at or render_time()
             run.waiting_reason = ""
             code = container.exit_code()
@@ -167,7 +215,7 @@ class PodWorker:
                 run.exit_code, run.finished_at = code, render_time()
 
     def _create_sandbox(self) -> str:
-        name = netns_name(run_id=self.node.run.run_id, suffix=self.uid[:13])
+        name = self.files.sandbox_netns
         if not netns_path(name).exists():
             create_netns(name)
         return name
@@ -200,17 +248,7 @@ class PodWorker:
             )
             if run.container is None or wants_restart:
                 await self._start(spec, run)
-        self.phase = self._compute_phase(restart)
-
-    def _compute_phase(self, restart: str) -> str:
-        runs = [self.containers[c["name"]] for c in self._containers()]
-        if any(r.container is not None and r.exit_code is None for r in runs):
-            return "Running"
-        if runs and all(r.exit_code is not None for r in runs):
-            if restart == "Never" or (restart == "OnFailure" and all(r.exit_code == 0 for r in runs)):
-                return "Succeeded" if all(r.exit_code == 0 for r in runs) else "Failed"
-            return "Running"
-        return "Pending"
+        self.phase = compute_pod_phase([self.containers[c["name"]] for c in self._containers()], restart=restart)
 
     async def _observe(self, run: ContainerRun) -> None:
         if run.container is None or run.exit_code is not None:
@@ -241,15 +279,16 @@ class PodWorker:
     def _launch(self, spec: Mapping[str, Any], attempt: int) -> Container:
         assert self.prepared is not None and self.sandbox is not None
         name = spec["name"]
-        cid = f"{self.node.run.run_id}-{self.uid[:13]}-{name}-{attempt}"[:120]
-        bundle = self.dir / f"{name}-{attempt}"
+        files = self.files
+        cid = files.container_id(container=name, attempt=attempt)
+        bundle = files.bundle(container=name, attempt=attempt).bundle
         rootfs = bundle / "rootfs"
         if not rootfs.exists():
             clone_rootfs(template=self.node.rootfs_for(str(spec.get("image", ""))), destination=rootfs)
         args = [*(spec.get("command") or []), *(spec.get("args") or [])] or ["sh"]
         oci = render_container_spec(
             args=args,
-            env=self._env(spec),
+            env=render_container_env(spec, pod=self.pod, node=self.node.name),
             rootfs=rootfs,
             hostname=self.pod["metadata"]["name"][:63],
             netns_path=netns_path(self.sandbox),
@@ -257,13 +296,14 @@ class PodWorker:
         )
         ids = compute_container_cdi_ids(pod=self.pod, container=spec, prepared=self.prepared)
         if ids:
-            registry = cdi.load_registry(spec_dirs=list(self.node.settings.cdi_dirs or (self.node.paths.cdi,)))
+            registry = cdi.load_registry(spec_dirs=list(self.node.cdi_dirs))
             oci = cdi.inject_devices(oci_spec=oci, registry=registry, device_ids=ids)
         oci = apply_net_devices(
-            oci, sandbox=self.sandbox, source_netns=self.node.settings.node_netns, record=self.dir / "netdevices.json"
+            oci, sandbox=self.sandbox, source_netns=self.node.node_netns, record=files.net_devices_record
         )
-        (self.dir / "cdi-ids").mkdir(parents=True, exist_ok=True)
-        (self.dir / "cdi-ids" / name).write_text("\n".join(ids) + ("\n" if ids else ""))
+        ids_file = files.cdi_ids_file(name)
+        ids_file.parent.mkdir(parents=True, exist_ok=True)
+        ids_file.write_text("\n".join(ids) + ("\n" if ids else ""))
         container = self.node.runtime.run(container_id=cid, bundle=bundle, spec=oci, run=self.node.run)
         # Running means started: wait for runc to report it (or to fail creating it, e.g. a bad CDI mount).
         wait_for(
@@ -276,23 +316,6 @@ class PodWorker:
             container.runtime.delete(cid)
             raise ComponentError(log_text.strip().splitlines()[-1][:500])
         return container
-
-    def _env(self, spec: Mapping[str, Any]) -> dict[str, str]:
-        meta = self.pod["metadata"]
-        fields = {
-            "metadata.name": meta["name"],
-            "metadata.namespace": meta["namespace"],
-            "metadata.uid": meta["uid"],
-            "spec.nodeName": self.node.name,
-            "status.hostIP": "127.0.0.1",
-        }
-        env: dict[str, str] = {}
-        for e in spec.get("env") or []:
-            if "value" in e:
-                env[e["name"]] = str(e["value"])
-            elif (ref := (e.get("valueFrom") or {}).get("fieldRef")) and ref.get("fieldPath") in fields:
-                env[e["name"]] = fields[ref["fieldPath"]]
-        return env
 
     # -- termination ---------------------------------------------------------------------------------------------
 
@@ -317,15 +340,15 @@ class PodWorker:
             await asyncio.to_thread(
                 release_net_devices,
                 sandbox=self.sandbox,
-                target_netns=self.node.settings.node_netns,
-                record=self.dir / "netdevices.json",
+                target_netns=self.node.node_netns,
+                record=self.files.net_devices_record,
             )
             await asyncio.to_thread(delete_netns, self.sandbox)
             self.sandbox_removed = True
         if time.monotonic() < self.next_attempt:
             return False
         try:
-            await self.node.dra.unprepare_pod(self.uid)
+            await self.node.claims.unprepare_pod(self.uid)
         except PrepareError as exc:
             self.next_attempt = time.monotonic() + self.backoff
             self.backoff = min(self.backoff * 2, BACKOFF_MAX)
@@ -405,36 +428,7 @@ class PodWorker:
 
     def _container_status(self, spec: Mapping[str, Any]) -> dict[str, Any]:
         run = self.containers.get(spec["name"]) or ContainerRun(name=spec["name"])
-        state: dict[str, Any]
-        if run.container is not None and run.exit_code is None:
-            state = {"running": {"startedAt": run.started_at}}
-        elif run.exit_code is not None:
-            state = {
-                "terminated": {
-                    "exitCode": run.exit_code,
-                    "reason": "Completed" if run.exit_code == 0 else "Error",
-                    "startedAt": run.started_at,
-                    "finishedAt": run.finished_at,
-                }
-            }
-        else:
-            state = {
-                "waiting": {
-                    "reason": run.waiting_reason or "ContainerCreating",
-                    **({"message": run.waiting_message} if run.waiting_message else {}),
-                }
-            }
-        entry: dict[str, Any] = {
-            "name": spec["name"],
-            "state": state,
-            "ready": "running" in state,
-            "started": "running" in state,
-            "restartCount": run.restarts,
-            "image": spec.get("image", ""),
-            "imageID": "",
-        }
-        if run.container is not None:
-            entry["containerID"] = f"runc://{run.container.container_id}"
+        entry = render_container_status(spec, run=run)
         health = self.node.health_status(pod=self.pod, container=spec)
         if health:
             entry["allocatedResourcesStatus"] = health
@@ -480,3 +474,71 @@ class PodWorker:
             if run and run.container is not None and run.container.log_path.exists():
                 out.append(run.container.log_path.read_text(errors="replace"))
         return "".join(out)
+
+
+# -- pure parts of a pod's status -----------------------------------------------------------------------------------
+
+
+def compute_pod_phase(runs: Sequence[ContainerRun], *, restart: str) -> str:
+    """The phase of a pod whose init containers are done, from its containers' runs and its ``restartPolicy``."""
+    if any(r.container is not None and r.exit_code is None for r in runs):
+        return "Running"
+    if runs and all(r.exit_code is not None for r in runs):
+        if restart == "Never" or (restart == "OnFailure" and all(r.exit_code == 0 for r in runs)):
+            return "Succeeded" if all(r.exit_code == 0 for r in runs) else "Failed"
+        return "Running"  # about to be restarted
+    return "Pending"
+
+
+def render_container_status(spec: Mapping[str, Any], *, run: ContainerRun) -> dict[str, Any]:
+    """One ``containerStatuses`` entry: running, terminated (with its exit code) or waiting (with the reason)."""
+    state: dict[str, Any]
+    if run.container is not None and run.exit_code is None:
+        state = {"running": {"startedAt": run.started_at}}
+    elif run.exit_code is not None:
+        state = {
+            "terminated": {
+                "exitCode": run.exit_code,
+                "reason": "Completed" if run.exit_code == 0 else "Error",
+                "startedAt": run.started_at,
+                "finishedAt": run.finished_at,
+            }
+        }
+    else:
+        state = {
+            "waiting": {
+                "reason": run.waiting_reason or "ContainerCreating",
+                **({"message": run.waiting_message} if run.waiting_message else {}),
+            }
+        }
+    entry: dict[str, Any] = {
+        "name": spec["name"],
+        "state": state,
+        "ready": "running" in state,
+        "started": "running" in state,
+        "restartCount": run.restarts,
+        "image": spec.get("image", ""),
+        "imageID": "",
+    }
+    if run.container is not None:
+        entry["containerID"] = f"runc://{run.container.container_id}"
+    return entry
+
+
+def render_container_env(spec: Mapping[str, Any], *, pod: Mapping[str, Any], node: str) -> dict[str, str]:
+    """A container's environment: plain values, and the downward-API fields an emulated node can tell."""
+    meta = pod["metadata"]
+    fields = {
+        "metadata.name": meta["name"],
+        "metadata.namespace": meta["namespace"],
+        "metadata.uid": meta["uid"],
+        "spec.nodeName": node,
+        "status.hostIP": "127.0.0.1",
+    }
+    env: dict[str, str] = {}
+    for e in spec.get("env") or []:
+        if "value" in e:
+            env[e["name"]] = str(e["value"])
+        elif (ref := (e.get("valueFrom") or {}).get("fieldRef")) and ref.get("fieldPath") in fields:
+            env[e["name"]] = fields[ref["fieldPath"]]
+    return env

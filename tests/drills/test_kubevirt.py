@@ -28,6 +28,7 @@ from harness.drills.scenario import load_scenario
 from harness.kube.manifests import apply_objects
 from harness.kubevirt.launcher import V1ALPHA1
 from harness.kubevirt.verify import Report, emulated_container_log, emulated_node_view, verify_vmi
+from harness.node.layout import NodeLayout
 from kubeclient import JsonObj
 from kubeclient.resources import NAMESPACES, PODS
 
@@ -39,19 +40,23 @@ POD = "virt-launcher-testvm"
 class Launched:
     cluster: LocalCluster
     run: DrillRun
-    root: Path
+    layout: NodeLayout
     pod: JsonObj
     vmi: dict[str, object]
 
     def verify(self) -> Report:
         pod = self.cluster.client.get(PODS, POD, namespace=self.run.namespace)
-        log = emulated_container_log(self.root, pod=pod, container="compute")
+        log = emulated_container_log(self.layout, pod=pod, container="compute")
         return verify_vmi(
-            vmi=self.vmi, client=self.cluster.client, node=emulated_node_view(self.root), pod=pod, container_output=log
+            vmi=self.vmi,
+            client=self.cluster.client,
+            node=emulated_node_view(self.layout),
+            pod=pod,
+            container_output=log,
         )
 
     def metadata_file(self, request: str) -> Path:
-        (found,) = (self.root / "plugins" / "gpu.nvidia.com" / "dra-device-metadata").glob(f"*/{request}/metadata.json")
+        (found,) = (self.layout.plugins / "gpu.nvidia.com" / "dra-device-metadata").glob(f"*/{request}/metadata.json")
         return found
 
 
@@ -73,8 +78,8 @@ def launched(local_cluster: LocalCluster) -> Iterator[Launched]:
         deadline = time.monotonic() + 90
         while True:
             pod = client.get(PODS, POD, namespace=run.namespace)
-            root = env.node_root(pod["spec"].get("nodeName", ""))
-            log = emulated_container_log(root, pod=pod, container="compute") if root else None
+            layout = env.node_layout(pod["spec"].get("nodeName", ""))
+            log = emulated_container_log(layout, pod=pod, container="compute") if layout else None
             if log and "hostdevs" in log:
                 break
             assert time.monotonic() < deadline, f"the launcher stand-in did not report: {pod.get('status')}"
@@ -82,8 +87,8 @@ def launched(local_cluster: LocalCluster) -> Iterator[Launched]:
         env_vars = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
         vmi = json.loads(env_vars["VMI_JSON"])
         vmi["metadata"]["namespace"] = run.namespace
-        assert root is not None
-        yield Launched(cluster=local_cluster, run=run, root=root, pod=pod, vmi=vmi)
+        assert layout is not None
+        yield Launched(cluster=local_cluster, run=run, layout=layout, pod=pod, vmi=vmi)
     finally:
         run.teardown()
 
@@ -124,12 +129,12 @@ def test_passing_case_agrees_inside_and_outside_the_container(launched: Launched
     assert "type='pci'" in pci and "bus='0x4b' slot='0x00' function='0x0'" in pci and "ua-dra-gpu-gpu1" in pci
     assert "type='mdev'" in mdev and "ua-dra-gpu-vgpu1" in mdev
     # What the container printed is exactly what the host derived.
-    log = emulated_container_log(launched.root, pod=launched.pod, container="compute")
+    log = emulated_container_log(launched.layout, pod=launched.pod, container="compute")
     assert log is not None and pci in log and mdev in log
 
 
 def test_two_metadata_files_in_one_request_directory(launched: Launched) -> None:
-    spec_file = next((launched.root / "cdi").glob("gpu.nvidia.com_metadata_*_gpu.json"))
+    spec_file = next(launched.layout.cdi.glob("gpu.nvidia.com_metadata_*_gpu.json"))
     spec = json.loads(spec_file.read_text())
     (mount,) = spec["devices"][0]["containerEdits"]["mounts"]
     extra = dict(mount, containerPath=mount["containerPath"].replace("gpu.nvidia.com-", "other.example.com-"))
@@ -195,7 +200,7 @@ def test_bdf_that_disagrees_with_the_slice(launched: Launched) -> None:
 
 def test_missing_vfio_group_node_in_the_cdi_edits(launched: Launched) -> None:
     # The claim spec of the passthrough GPU (the vGPU's carries an MDEV_UUID instead).
-    spec_file = next(p for p in (launched.root / "cdi").glob("*.json") if "_PCI_BUS_ID=" in p.read_text())
+    spec_file = next(p for p in launched.layout.cdi.glob("*.json") if "_PCI_BUS_ID=" in p.read_text())
     spec = json.loads(spec_file.read_text())
     for device in spec["devices"]:
         nodes = device["containerEdits"].get("deviceNodes", [])
@@ -218,7 +223,7 @@ def _cli(launched: Launched, tmp_path: Path) -> subprocess.CompletedProcess[str]
             "--kubeconfig",
             str(launched.cluster.kubeconfig),
             "--node-root",
-            str(launched.root),
+            str(launched.layout.root),
         ],
         capture_output=True,
         text=True,

@@ -14,8 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from fakedev.cli.rig import plugin_command
+from fakedev.render import Schema
 from harness.cluster.local import LocalCluster
 from harness.cluster.nodes import NodeHeartbeats, delete_node, register_node
+from harness.node.drivers import DriverContext, render_driver_argv
 from harness.procs import wait_for
 from kubeclient import KubeClient
 from kubeclient.resources import DEVICE_CLASSES, RESOURCE_SLICES
@@ -122,25 +125,13 @@ def plugin_factory(local_cluster: LocalCluster, short_tmp: Path) -> Iterator[Cal
     ) -> PluginProcess:
         base = root or short_tmp / f"p{len(started)}"
         base.mkdir(parents=True, exist_ok=True)
-        argv = [
-            str(FAKEDEV),
-            "plugin",
-            "--profile",
-            profile,
-            "--node-name",
-            node,
-            "--kubelet-root",
-            str(base / "kubelet"),
-            "--cdi-dir",
-            str(base / "cdi"),
-            "--kubeconfig",
-            str(local_cluster.kubeconfig),
-        ]
-        if schema:
-            argv += ["--schema", schema]
-        if rolling_update_uid:
-            argv += ["--rolling-update-uid", rolling_update_uid]
-        argv += list(extra)
+        rolling = ("--rolling-update-uid", rolling_update_uid) if rolling_update_uid else ()
+        argv = render_driver_argv(
+            plugin_command(profile=profile, schema=Schema(schema) if schema else None, extra=(*rolling, *extra)),
+            context=DriverContext(
+                node=node, kubelet_root=base / "kubelet", cdi_dir=base / "cdi", kubeconfig=local_cluster.kubeconfig
+            ),
+        )
         proc = PluginProcess(
             node=node,
             driver=driver,

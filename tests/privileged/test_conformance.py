@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from fakedev.cli.rig import plugin_arguments, plugin_command
 from harness.cluster.local import LocalCluster
 from harness.conformance.checks import CATALOG, select
 from harness.conformance.context import conformance_context
@@ -21,20 +22,7 @@ from tests.drivers.faulty_plugin import DEFECTS
 
 pytestmark = [pytest.mark.cluster, pytest.mark.privileged, pytest.mark.slow]
 
-PLUGIN_ARGS = (
-    "plugin",
-    "--profile",
-    "seed-example",
-    "--node-name",
-    "{node}",
-    "--kubelet-root",
-    "{kubelet_root}",
-    "--cdi-dir",
-    "{cdi_dir}",
-    "--kubeconfig",
-    "{kubeconfig}",
-)
-FAKEDEV = template_driver((sys.executable, "-m", "fakedev", *PLUGIN_ARGS))
+FAKEDEV = template_driver(plugin_command(profile="seed-example"))
 
 
 def _run(local_cluster: LocalCluster, driver: DriverSpec, *, only: tuple[str, ...] = ()) -> list[CaseResult]:
@@ -69,7 +57,15 @@ def defect(request: pytest.FixtureRequest) -> Iterator[str]:
 def test_each_check_is_failed_by_exactly_its_defect(local_cluster: LocalCluster, defect: str) -> None:
     target = DEFECTS[defect][0]
     driver = template_driver(
-        (sys.executable, "-m", "tests.drivers.faulty_plugin", "--defect", defect, "--", *PLUGIN_ARGS[1:])
+        (
+            sys.executable,
+            "-m",
+            "tests.drivers.faulty_plugin",
+            "--defect",
+            defect,
+            "--",
+            *plugin_arguments(profile="seed-example"),
+        )
     )
     results = _run(local_cluster, driver)
     outcomes = _outcomes(results)
@@ -103,7 +99,7 @@ def test_pytest_conformance_run_attaches_artifacts_to_failures(
             "--defect",
             "leave-specs",
             "--",
-            *PLUGIN_ARGS[1:],
+            *plugin_arguments(profile="seed-example"),
         ]
     )
     result = pytester.runpytest_subprocess(

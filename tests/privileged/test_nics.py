@@ -6,51 +6,27 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from fakedev.cli.rig import FakeNodeRig
 from fakedev.nics.hardware import plug, unplug
+from fakedev.render import Schema
 from harness.kube.waits import wait_gone, wait_object
 from harness.procs import wait_for
 from kubeclient import KubeClient
 from kubeclient.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from linuxns import netlink
-from tests.privileged.conftest import NodeRig, fake_plugin_command
+from tests.privileged.conftest import RigFactory
 
 pytestmark = [pytest.mark.cluster, pytest.mark.privileged]
 
 
 @pytest.fixture
-def nic_rig(node_rig_factory: Callable[..., NodeRig]) -> NodeRig:
-    rig = node_rig_factory(nic_profile="nic-only")
-    assert rig.nics is not None
-    rig.add_driver(
-        fake_plugin_command(profile="nic-only", schema="dranet", extra=rig.nics.plugin_args()), wait_for="dra.net"
-    )
-    return rig
-
-
-@pytest.fixture
-def nic_class(kube: KubeClient, unique_name: str) -> Iterator[str]:
-    # Ethernet PFs only: InfiniBand ports cannot be veths, and VFs would share the PF's root.
-    expression = (
-        'device.driver == "dra.net" && device.attributes["dra.net"].encapsulation == "ether" && '
-        '!("isSriovVf" in device.attributes["dra.net"]) && device.attributes["dra.net"].virtual == false'
-    )
-    kube.create(
-        DEVICE_CLASSES,
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": unique_name},
-            "spec": {"selectors": [{"cel": {"expression": expression}}]},
-        },
-    )
-    yield unique_name
-    kube.delete(DEVICE_CLASSES, unique_name)
+def nic_rig(node_rig_factory: RigFactory) -> FakeNodeRig:
+    return node_rig_factory(profile="nic-only", schemas=(Schema.DRANET,))
 
 
 def _nic_claim(name: str, device_class: str, *, tolerate: bool = False, config: dict[str, Any] | None = None) -> Any:
@@ -105,7 +81,7 @@ def _network(kube: KubeClient, ns: str, claim: str) -> Any:
 
 
 def test_pod_sees_the_interface_its_claim_status_reports(
-    nic_rig: NodeRig, nic_class: str, kube: KubeClient, test_namespace: str
+    nic_rig: FakeNodeRig, nic_class: str, kube: KubeClient, test_namespace: str
 ) -> None:
     kube.create(RESOURCE_CLAIMS, _nic_claim("c", nic_class), namespace=test_namespace)
     kube.create(PODS, _pod("p", nic_rig.name, "c", "ip -o link; ip -o addr; sleep 3600"), namespace=test_namespace)
@@ -125,14 +101,14 @@ def test_pod_sees_the_interface_its_claim_status_reports(
     assert data["interfaceName"] == "net1"
     assert ipaddress.ip_interface(data["ips"][0]).version == 4
     # The device-metadata file carries the same networkData.
-    spec = json.loads(next(p for p in nic_rig.node.paths.cdi.iterdir() if "_metadata_" in p.name).read_text())
+    spec = json.loads(next(p for p in nic_rig.layout.cdi.iterdir() if "_metadata_" in p.name).read_text())
     host_file = spec["devices"][0]["containerEdits"]["mounts"][0]["hostPath"]
     doc = json.loads(Path(host_file).read_text().splitlines()[0])
     assert doc["requests"][0]["devices"][0]["networkData"] == data
 
 
 def test_configured_name_and_addresses_are_used_and_released(
-    nic_rig: NodeRig, nic_class: str, kube: KubeClient, test_namespace: str
+    nic_rig: FakeNodeRig, nic_class: str, kube: KubeClient, test_namespace: str
 ) -> None:
     config = {
         "apiVersion": "resource.fakedev.io/v1alpha1",
@@ -170,7 +146,7 @@ def test_configured_name_and_addresses_are_used_and_released(
 
 
 def test_two_pods_ping_each_other_over_the_fabric(
-    nic_rig: NodeRig, nic_class: str, kube: KubeClient, test_namespace: str
+    nic_rig: FakeNodeRig, nic_class: str, kube: KubeClient, test_namespace: str
 ) -> None:
     kube.create(RESOURCE_CLAIMS, _nic_claim("server", nic_class), namespace=test_namespace)
     kube.create(PODS, _pod("server", nic_rig.name, "server", "sleep 3600"), namespace=test_namespace)
@@ -194,7 +170,7 @@ def test_two_pods_ping_each_other_over_the_fabric(
 
 
 def test_hot_unplug_evicts_the_pod_unless_it_tolerates_the_taint(
-    nic_rig: NodeRig, nic_class: str, kube: KubeClient, test_namespace: str
+    nic_rig: FakeNodeRig, nic_class: str, kube: KubeClient, test_namespace: str
 ) -> None:
     assert nic_rig.nics is not None
     for name, tolerate in (("fragile", False), ("tough", True)):
@@ -239,14 +215,9 @@ def test_hot_unplug_evicts_the_pod_unless_it_tolerates_the_taint(
 
 
 def test_gpu_and_nic_on_one_pcie_root_reach_the_pod(
-    node_rig_factory: Callable[..., NodeRig], kube: KubeClient, test_namespace: str, unique_name: str
+    node_rig_factory: RigFactory, kube: KubeClient, test_namespace: str, unique_name: str
 ) -> None:
-    rig = node_rig_factory(nic_profile="dgx-h100")
-    assert rig.nics is not None
-    rig.add_driver(fake_plugin_command(profile="dgx-h100", schema="nvidia"), wait_for="gpu.nvidia.com")
-    rig.add_driver(
-        fake_plugin_command(profile="dgx-h100", schema="dranet", extra=rig.nics.plugin_args()), wait_for="dra.net"
-    )
+    rig = node_rig_factory(profile="dgx-h100", schemas=(Schema.NVIDIA, Schema.DRANET))
     classes = {
         f"{unique_name}-gpu": "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'",
         f"{unique_name}-nic": 'device.driver == "dra.net"',
@@ -312,18 +283,16 @@ def test_gpu_and_nic_on_one_pcie_root_reach_the_pod(
 
 
 def test_discovery_marks_a_missing_nic_unhealthy_and_udev_sees_interfaces_leave(
-    node_rig_factory: Callable[..., NodeRig], nic_class: str, kube: KubeClient, test_namespace: str
+    node_rig_factory: RigFactory, nic_class: str, kube: KubeClient, test_namespace: str
 ) -> None:
     import subprocess
     import sys
 
-    rig = node_rig_factory(nic_profile="nic-only")
+    rig = node_rig_factory(profile="nic-only")
     assert rig.nics is not None
     missing = rig.nics.ports[-1]  # pulled before the driver starts
     assert unplug(rig.nics.hardware, missing)
-    rig.add_driver(
-        fake_plugin_command(profile="nic-only", schema="dranet", extra=rig.nics.plugin_args()), wait_for="dra.net"
-    )
+    rig.add_plugin(Schema.DRANET)
 
     def status() -> Any:
         out = subprocess.run(
@@ -333,7 +302,7 @@ def test_discovery_marks_a_missing_nic_unhealthy_and_udev_sees_interfaces_leave(
                 "fakedev",
                 "fault",
                 "--kubelet-root",
-                str(rig.node.paths.kubelet_root),
+                str(rig.layout.kubelet_root),
                 "--driver",
                 "dra.net",
                 "status",
@@ -358,7 +327,7 @@ def test_discovery_marks_a_missing_nic_unhealthy_and_udev_sees_interfaces_leave(
     wait_for(lambda: status()["udevEvents"] > 0, timeout=10, what="udev events seen in the node namespace")
 
 
-def test_link_down_and_up_from_the_fault_command(nic_rig: NodeRig, kube: KubeClient) -> None:
+def test_link_down_and_up_from_the_fault_command(nic_rig: FakeNodeRig, kube: KubeClient) -> None:
     import subprocess
     import sys
 
@@ -371,9 +340,7 @@ def test_link_down_and_up_from_the_fault_command(nic_rig: NodeRig, kube: KubeCli
         ).stdout
 
     def health() -> str:
-        status = json.loads(
-            fault("--kubelet-root", str(nic_rig.node.paths.kubelet_root), "--driver", "dra.net", "status")
-        )
+        status = json.loads(fault("--kubelet-root", str(nic_rig.layout.kubelet_root), "--driver", "dra.net", "status"))
         return next(
             str(d["health"])
             for d in status["devices"]

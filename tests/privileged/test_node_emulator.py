@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 
+from fakedev.cli.rig import FakeNodeRig
+from fakedev.render import Schema
 from harness.kube.manifests import apply_objects, load_manifest_file
 from harness.kube.waits import wait_gone, wait_list, wait_pod_phase
 from harness.procs import wait_for
@@ -21,7 +22,7 @@ from kubeclient.resources import DEVICE_CLASSES, EVENTS, PODS, RESOURCE_CLAIMS, 
 from kubeletapi import pluginregistration_v1_pb2 as reg_pb
 from kubeletapi import pluginregistration_v1_pb2_grpc as reg_grpc
 from tests.helpers import claim_body, pod_body
-from tests.privileged.conftest import NodeRig, fake_plugin_command
+from tests.privileged.conftest import RigFactory
 
 pytestmark = [pytest.mark.cluster, pytest.mark.privileged]
 
@@ -34,7 +35,7 @@ def _phase(kube: KubeClient, ns: str, name: str, phase: str, *, timeout: float =
     return wait_pod_phase(kube, name, namespace=ns, phase=phase, timeout=timeout)
 
 
-def _logs(rig: NodeRig, ns: str, name: str) -> str:
+def _logs(rig: FakeNodeRig, ns: str, name: str) -> str:
     worker = rig.node.pod_worker(namespace=ns, name=name)
     return worker.container_logs() if worker else ""
 
@@ -58,7 +59,9 @@ def example_class(kube: KubeClient, unique_name: str) -> Any:
     kube.delete(DEVICE_CLASSES, unique_name)
 
 
-def test_seed_example_runs_with_cdi_env_and_metadata(seed_rig: NodeRig, kube: KubeClient, test_namespace: str) -> None:
+def test_seed_example_runs_with_cdi_env_and_metadata(
+    seed_rig: FakeNodeRig, kube: KubeClient, test_namespace: str
+) -> None:
     objects = load_manifest_file(REPO / "examples" / "seed-extended-resource.yaml")
     device_class = next(o for o in objects if o["kind"] == "DeviceClass")
     pod = next(o for o in objects if o["kind"] == "Pod")
@@ -93,9 +96,9 @@ def test_seed_example_runs_with_cdi_env_and_metadata(seed_rig: NodeRig, kube: Ku
                 "-n",
                 test_namespace,
                 "--kubeconfig",
-                str(seed_rig.kubeconfig),
+                str(seed_rig.site.kubeconfig),
                 "--base",
-                str(seed_rig.node.paths.root.parent),
+                str(seed_rig.layout.root.parent),
             ],
             capture_output=True,
             text=True,
@@ -108,16 +111,16 @@ def test_seed_example_runs_with_cdi_env_and_metadata(seed_rig: NodeRig, kube: Ku
 
 
 def test_deleting_a_pod_unprepares_and_removes_everything(
-    seed_rig: NodeRig, kube: KubeClient, test_namespace: str, example_class: str
+    seed_rig: FakeNodeRig, kube: KubeClient, test_namespace: str, example_class: str
 ) -> None:
     kube.create(RESOURCE_CLAIMS, claim_body(name="c", device_class=example_class), namespace=test_namespace)
     kube.create(PODS, pod_body(name="p", node=seed_rig.name, claims={"gpu": "c"}), namespace=test_namespace)
     _phase(kube, test_namespace, "p", "Running")
-    assert len(list(seed_rig.node.paths.cdi.iterdir())) == 2
+    assert len(list(seed_rig.layout.cdi.iterdir())) == 2
     assert len(list_run_netns(seed_rig.node.run.run_id)) == 1
     kube.delete(PODS, "p", namespace=test_namespace, grace_seconds=1)
     wait_gone(kube, PODS, "p", namespace=test_namespace, timeout=30)
-    assert list(seed_rig.node.paths.cdi.iterdir()) == []
+    assert list(seed_rig.layout.cdi.iterdir()) == []
     assert list_run_netns(seed_rig.node.run.run_id) == []
     assert "devices" not in kube.get(RESOURCE_CLAIMS, "c", namespace=test_namespace).get("status", {})
     calls = [(method, uids) for method, _, uids in seed_rig.node.dra.calls]
@@ -126,7 +129,7 @@ def test_deleting_a_pod_unprepares_and_removes_everything(
 
 
 def test_exit_codes_become_pod_phase(
-    seed_rig: NodeRig, kube: KubeClient, test_namespace: str, example_class: str
+    seed_rig: FakeNodeRig, kube: KubeClient, test_namespace: str, example_class: str
 ) -> None:
     kube.create(RESOURCE_CLAIMS, claim_body(name="c", device_class=example_class), namespace=test_namespace)
     kube.create(
@@ -139,13 +142,13 @@ def test_exit_codes_become_pod_phase(
     assert status["state"]["terminated"]["exitCode"] == 3
     assert _logs(seed_rig, test_namespace, "p") == "bye\n"
     # A finished pod releases its devices at once, as the kubelet does.
-    wait_for(lambda: list(seed_rig.node.paths.cdi.iterdir()) == [], timeout=20, what="unprepare after exit")
+    wait_for(lambda: list(seed_rig.layout.cdi.iterdir()) == [], timeout=20, what="unprepare after exit")
 
 
 def test_failing_prepare_keeps_the_pod_pending_with_an_event_then_recovers(
-    seed_rig: NodeRig, kube: KubeClient, test_namespace: str, example_class: str
+    seed_rig: FakeNodeRig, kube: KubeClient, test_namespace: str, example_class: str
 ) -> None:
-    root = seed_rig.node.paths.kubelet_root
+    root = seed_rig.layout.kubelet_root
     subprocess.run(
         [
             str(FAKEDEV),
@@ -179,11 +182,10 @@ def test_failing_prepare_keeps_the_pod_pending_with_an_event_then_recovers(
 
 
 def test_missing_driver_is_named_in_the_event(
-    node_rig_factory: Callable[..., NodeRig], kube: KubeClient, test_namespace: str, example_class: str
+    node_rig_factory: RigFactory, kube: KubeClient, test_namespace: str, example_class: str
 ) -> None:
-    rig = node_rig_factory()
-    driver = rig.add_driver(fake_plugin_command(profile="seed-example", schema="example"), wait_for="gpu.example.com")
-    wait_list(kube, RESOURCE_SLICES, field_selector=f"spec.nodeName={rig.name}", predicate=bool, what="slices")
+    rig = node_rig_factory(profile="seed-example")
+    driver = rig.add_plugin(Schema.EXAMPLE)
     driver.stop()
     wait_for(lambda: "gpu.example.com" not in rig.node.plugins.drivers(), timeout=20, what="deregistration")
     kube.create(RESOURCE_CLAIMS, claim_body(name="c", device_class=example_class), namespace=test_namespace)
@@ -198,12 +200,9 @@ def test_missing_driver_is_named_in_the_event(
     assert any("DRA driver gpu.example.com is not registered" in e["message"] for e in events)
 
 
-def test_slices_are_wiped_when_the_driver_stays_away(
-    node_rig_factory: Callable[..., NodeRig], kube: KubeClient
-) -> None:
-    rig = node_rig_factory(wipe_grace=1.0)
-    driver = rig.add_driver(fake_plugin_command(profile="seed-example", schema="example"), wait_for="gpu.example.com")
-    wait_list(kube, RESOURCE_SLICES, field_selector=f"spec.nodeName={rig.name}", predicate=bool, what="slices")
+def test_slices_are_wiped_when_the_driver_stays_away(node_rig_factory: RigFactory, kube: KubeClient) -> None:
+    rig = node_rig_factory(profile="seed-example", wipe_grace=1.0)
+    driver = rig.add_plugin(Schema.EXAMPLE)
     driver.kill()
     wait_list(
         kube,
@@ -218,9 +217,7 @@ def test_slices_are_wiped_when_the_driver_stays_away(
     wait_list(kube, RESOURCE_SLICES, field_selector=f"spec.nodeName={rig.name}", predicate=bool, what="republished")
 
 
-def test_node_start_wipes_stale_slices(
-    node_rig_factory: Callable[..., NodeRig], kube: KubeClient, unique_name: str
-) -> None:
+def test_node_start_wipes_stale_slices(node_rig_factory: RigFactory, kube: KubeClient, unique_name: str) -> None:
     kube.create(
         RESOURCE_SLICES,
         {
@@ -240,10 +237,10 @@ def test_node_start_wipes_stale_slices(
 
 
 def test_registration_ignores_dotfiles_and_plain_files_and_refuses_bad_versions(
-    node_rig_factory: Callable[..., NodeRig],
+    node_rig_factory: RigFactory,
 ) -> None:
     rig = node_rig_factory()
-    registry = rig.node.paths.registry
+    registry = rig.layout.registry
     (registry / "not-a-socket.sock").write_text("x")
     received: list[reg_pb.RegistrationStatus] = []
 
@@ -278,9 +275,9 @@ def test_registration_ignores_dotfiles_and_plain_files_and_refuses_bad_versions(
         rig.background.loop.call(bad.stop(0))
 
 
-def test_recreated_socket_registers_again(node_rig_factory: Callable[..., NodeRig]) -> None:
-    rig = node_rig_factory()
-    driver = rig.add_driver(fake_plugin_command(profile="seed-example", schema="example"), wait_for="gpu.example.com")
+def test_recreated_socket_registers_again(node_rig_factory: RigFactory) -> None:
+    rig = node_rig_factory(profile="seed-example")
+    driver = rig.add_plugin(Schema.EXAMPLE)
     driver.restart()
     wait_for(
         lambda: [e.kind for e in rig.node.plugins.events if e.driver == "gpu.example.com"].count("registered") >= 2,
@@ -296,7 +293,7 @@ def test_recreated_socket_registers_again(node_rig_factory: Callable[..., NodeRi
 
 
 def test_health_reaches_allocated_resources_status(
-    seed_rig: NodeRig, kube: KubeClient, test_namespace: str, example_class: str
+    seed_rig: FakeNodeRig, kube: KubeClient, test_namespace: str, example_class: str
 ) -> None:
     kube.create(RESOURCE_CLAIMS, claim_body(name="c", device_class=example_class), namespace=test_namespace)
     kube.create(PODS, pod_body(name="p", node=seed_rig.name, claims={"gpu": "c"}), namespace=test_namespace)
@@ -317,7 +314,7 @@ def test_health_reaches_allocated_resources_status(
             str(FAKEDEV),
             "fault",
             "--kubelet-root",
-            str(seed_rig.node.paths.kubelet_root),
+            str(seed_rig.layout.kubelet_root),
             "--driver",
             "gpu.example.com",
             "health",
@@ -330,12 +327,12 @@ def test_health_reaches_allocated_resources_status(
         timeout=30,
     )
     wait_for(lambda: health()[0]["resources"][0]["health"] == "Unhealthy", timeout=20, what="Unhealthy")
-    seed_rig.drivers[0].kill()
+    seed_rig.plugins["gpu.example.com"].kill()
     wait_for(lambda: health()[0]["resources"][0]["health"] == "Unknown", timeout=20, what="Unknown after driver loss")
 
 
 def test_emulator_restart_keeps_containers_and_does_not_prepare_again(
-    seed_rig: NodeRig, kube: KubeClient, test_namespace: str, example_class: str
+    seed_rig: FakeNodeRig, kube: KubeClient, test_namespace: str, example_class: str
 ) -> None:
     kube.create(RESOURCE_CLAIMS, claim_body(name="c", device_class=example_class), namespace=test_namespace)
     kube.create(
@@ -365,7 +362,7 @@ def test_emulator_restart_keeps_containers_and_does_not_prepare_again(
 
 
 def test_one_claim_shared_by_two_pods_is_prepared_once(
-    seed_rig: NodeRig, kube: KubeClient, test_namespace: str, example_class: str
+    seed_rig: FakeNodeRig, kube: KubeClient, test_namespace: str, example_class: str
 ) -> None:
     kube.create(RESOURCE_CLAIMS, claim_body(name="shared", device_class=example_class), namespace=test_namespace)
     for name in ("a", "b"):
@@ -382,14 +379,14 @@ def test_one_claim_shared_by_two_pods_is_prepared_once(
 
 
 def test_kubelet_checkpoint_has_the_kubelet_shape(
-    seed_rig: NodeRig, kube: KubeClient, test_namespace: str, example_class: str
+    seed_rig: FakeNodeRig, kube: KubeClient, test_namespace: str, example_class: str
 ) -> None:
     import zlib
 
     kube.create(RESOURCE_CLAIMS, claim_body(name="c", device_class=example_class), namespace=test_namespace)
     kube.create(PODS, pod_body(name="p", node=seed_rig.name, claims={"gpu": "c"}), namespace=test_namespace)
     _phase(kube, test_namespace, "p", "Running")
-    doc = json.loads(seed_rig.node.paths.checkpoint.read_text())
+    doc = json.loads(seed_rig.layout.dra_checkpoint.read_text())
     assert set(doc) == {"Data", "Checksum"} and zlib.crc32(doc["Data"].encode()) == doc["Checksum"]
     entries = json.loads(doc["Data"])["entries"]
     assert [e["name"] for e in entries] == ["c"]

@@ -8,19 +8,21 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from fakedev.cli.rig import FakeNodeRig, plugin_arguments, plugin_driver
+from fakedev.render import Schema
 from harness.cluster.local import LocalCluster
 from harness.kube.waits import wait_list, wait_object
-from harness.node.emulator import node_root
+from harness.node.drivers import DriverSpec, template_driver
+from harness.node.layout import NodeLayout
 from harness.procs import wait_for
 from kubeclient import KubeClient
 from kubeclient.resources import DEVICE_CLASSES, NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from tests.helpers import claim_body, pod_body
-from tests.privileged.conftest import NodeRig, fake_plugin_command
+from tests.privileged.conftest import RigFactory
 
 pytestmark = [pytest.mark.cluster, pytest.mark.privileged]
 BIN = Path(sys.executable).parent
@@ -43,16 +45,17 @@ def example_class(kube: KubeClient, unique_name: str) -> object:
 
 
 def test_newest_registered_instance_gets_the_calls(
-    node_rig_factory: Callable[..., NodeRig], kube: KubeClient, test_namespace: str, example_class: str
+    node_rig_factory: RigFactory, kube: KubeClient, test_namespace: str, example_class: str
 ) -> None:
-    rig = node_rig_factory()
-    old = rig.add_driver(
-        fake_plugin_command(profile="seed-example", schema="example", extra=("--rolling-update-uid", "old")),
-        wait_for="gpu.example.com",
-    )
-    new = rig.add_driver(
-        fake_plugin_command(profile="seed-example", schema="example", extra=("--rolling-update-uid", "new"))
-    )
+    rig = node_rig_factory(profile="seed-example")
+    hardware = rig.hardware
+    assert hardware is not None
+
+    def instance(uid: str) -> DriverSpec:
+        return plugin_driver(hardware=hardware, schema=Schema.EXAMPLE, extra=("--rolling-update-uid", uid))
+
+    old = rig.add_driver(instance("old"), name="old", registers_as="gpu.example.com")
+    new = rig.add_driver(instance("new"), name="new")
     wait_for(lambda: len(rig.node.plugins.instances) == 2, timeout=20, what="both instances registered")
     inst = rig.node.plugins.instance_for("gpu.example.com")
     assert inst is not None and inst.registration.endpoint.name == "dra-new.sock"
@@ -70,19 +73,22 @@ def test_newest_registered_instance_gets_the_calls(
     assert "NodePrepareResources" not in old.log_path.read_text()
 
 
-def test_health_falls_back_to_v1alpha1(node_rig_factory: Callable[..., NodeRig]) -> None:
+def test_health_falls_back_to_v1alpha1(node_rig_factory: RigFactory) -> None:
     rig = node_rig_factory()
     rig.add_driver(
-        (
-            sys.executable,
-            "-m",
-            "tests.drivers.faulty_plugin",
-            "--defect",
-            "health-v1alpha1-only",
-            "--",
-            *fake_plugin_command(profile="seed-example", schema="example")[4:],
+        template_driver(
+            (
+                sys.executable,
+                "-m",
+                "tests.drivers.faulty_plugin",
+                "--defect",
+                "health-v1alpha1-only",
+                "--",
+                *plugin_arguments(profile="seed-example"),
+            )
         ),
-        wait_for="gpu.example.com",
+        name="faulty",
+        registers_as="gpu.example.com",
     )
     inst = rig.node.plugins.instance_for("gpu.example.com")
     assert inst is not None and inst.registration.health_version == "v1alpha1.DRAResourceHealth"
@@ -136,11 +142,11 @@ def test_one_process_emulates_several_nodes(local_cluster: LocalCluster, kube: K
         shutil.rmtree(base, ignore_errors=True)
     assert proc.returncode == 0, out
     for name in names:
-        assert f"node {name}: {node_root(name, base=base)}" in out
+        assert f"node {name}: {NodeLayout.for_node(name, base=base).root}" in out
 
 
 def test_example_readme_commands_show_what_they_should(
-    seed_rig: NodeRig, local_cluster: LocalCluster, kube: KubeClient
+    seed_rig: FakeNodeRig, local_cluster: LocalCluster, kube: KubeClient
 ) -> None:
     def kubectl(*args: str) -> str:
         return subprocess.run(

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from fakedev.cli.rig import plugin_arguments, plugin_command
 from harness.cluster.local import LocalCluster
 from harness.conformance.checks import CATALOG
 from harness.realnode.node import KUBELET_PORTS, port_free
@@ -51,9 +52,9 @@ def test_every_check_passes_against_fakedev_under_a_real_kubelet(local_cluster: 
     proc, report = _conformance(
         local_cluster,
         tmp_path / "fakedev.json",
-        "--", sys.executable, "-m", "fakedev", "plugin", "--profile", "seed-example", "--node-name", "{node}",
-        "--kubelet-root", "{kubelet_root}", "--cdi-dir", "{cdi_dir}", "--kubeconfig", "{kubeconfig}",
-    )  # fmt: skip
+        "--",
+        *plugin_command(profile="seed-example"),
+    )
     expected = {c.id: "passed" for c in CATALOG}
     assert {r["id"]: r["outcome"] for r in report["results"]} == expected, _unexpected(report, expected)
     assert proc.returncode == 0 and report["node"] == "real" and report["driver"] == "gpu.example.com"
@@ -83,8 +84,7 @@ def test_a_plugin_the_real_kubelet_refuses_fails_the_handshake_check_and_blocks_
         tmp_path / "refused.json",
         "--only", "registration.handshake", "--only", "prepare.basic",
         "--", sys.executable, "-m", "tests.drivers.faulty_plugin", "--defect", "wrong-type", "--",
-        "--profile", "seed-example", "--node-name", "{node}", "--kubelet-root", "{kubelet_root}",
-        "--cdi-dir", "{cdi_dir}", "--kubeconfig", "{kubeconfig}",
+        *plugin_arguments(profile="seed-example"),
     )  # fmt: skip
     results = {r["id"]: r for r in report["results"]}
     assert results["registration.handshake"]["outcome"] == "failed", results

@@ -18,7 +18,6 @@ from __future__ import annotations
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -29,6 +28,7 @@ from typing import Any, TypeVar, cast
 
 import pytest
 
+from fakedev.cli.rig import plugin_command
 from fakedev.plugin.calls import read_calls
 from fakedev.plugin.control import call_control
 from fakedev.plugin.paths import PluginPaths
@@ -36,6 +36,7 @@ from harness.cluster.local import LocalCluster
 from harness.cluster.nodes import delete_node
 from harness.kube.waits import wait_list, wait_object, wait_pod_phase
 from harness.node.background import BackgroundLoop, BackgroundNode
+from harness.node.drivers import DriverContext, render_driver_argv
 from harness.node.emulator import NodeEmulator, NodeSettings
 from harness.procs import wait_for
 from harness.realnode.images import BUSYBOX_IMAGE
@@ -86,12 +87,15 @@ class Side:
         """Start a plugin instance (after any earlier one) and wait for its registration and health stream."""
         n = len(self.plugins) + 1
         log = self.logs / f"diff-plugin-{self.tag}-{n}.log"
-        argv = [
-            sys.executable, "-m", "fakedev", "plugin", "--profile", "seed-example", "--node-name", self.node,
-            "--kubelet-root", str(self.kubelet_root), "--cdi-dir", str(self.cdi_dir),
-            "--kubeconfig", str(self.kubeconfig), "--log-level", "INFO",
-            "--record-calls", str(self.logs / f"diff-calls-{self.tag}-{n}.jsonl"),
-        ]  # fmt: skip
+        argv = render_driver_argv(
+            plugin_command(
+                profile="seed-example",
+                extra=("--log-level", "INFO", "--record-calls", str(self.logs / f"diff-calls-{self.tag}-{n}.jsonl")),
+            ),
+            context=DriverContext(
+                node=self.node, kubelet_root=self.kubelet_root, cdi_dir=self.cdi_dir, kubeconfig=self.kubeconfig
+            ),
+        )
         with log.open("wb") as out:  # the child keeps its own copy of the descriptor
             self.plugins.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT))
         wait_for(
@@ -147,8 +151,8 @@ def sides(real_node: RealNode, local_cluster: LocalCluster) -> Iterator[dict[str
         "emulated": Side(
             tag="emulated",
             node=node.name,
-            kubelet_root=node.paths.kubelet_root,
-            cdi_dir=node.paths.cdi,
+            kubelet_root=node.layout.kubelet_root,
+            cdi_dir=node.layout.cdi,
             logs=base,
             kubeconfig=local_cluster.kubeconfig,
             container_output=lambda ns, pod: _runtime_log(node, ns, pod),

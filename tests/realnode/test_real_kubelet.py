@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
+from fakedev.cli.rig import plugin_command
 from harness.cluster.local import LocalCluster
 from harness.kube.waits import wait_pod_phase
+from harness.node.drivers import DriverContext, render_driver_argv
 from harness.procs import wait_for
 from harness.realnode.images import BUSYBOX_IMAGE
 from harness.realnode.node import RealNode
@@ -30,11 +31,15 @@ METADATA_GLOB = "/var/run/kubernetes.io/dra-device-attributes/*/*/*/*-metadata.j
 def plugin(real_node: RealNode, local_cluster: LocalCluster) -> Iterator[subprocess.Popen[bytes]]:
     log = (real_node.layout.logs / "plugin.log").open("wb")
     proc = subprocess.Popen(
-        [
-            sys.executable, "-m", "fakedev", "plugin", "--profile", "seed-example", "--node-name", real_node.name,
-            "--kubelet-root", str(real_node.layout.kubelet_root), "--cdi-dir", str(real_node.layout.cdi_dir),
-            "--kubeconfig", str(local_cluster.kubeconfig), "--log-level", "INFO",
-        ],
+        render_driver_argv(
+            plugin_command(profile="seed-example", extra=("--log-level", "INFO")),
+            context=DriverContext(
+                node=real_node.name,
+                kubelet_root=real_node.layout.kubelet_root,
+                cdi_dir=real_node.layout.cdi_dir,
+                kubeconfig=local_cluster.kubeconfig,
+            ),
+        ),
         stdout=log,
         stderr=subprocess.STDOUT,
     )  # fmt: skip

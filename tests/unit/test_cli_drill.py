@@ -6,7 +6,8 @@ import argparse
 
 import pytest
 
-from fakedev.cli.drill import drill_set, positive_count, repeated, shipped_scenario
+from fakedev.cli.args import positive_count
+from fakedev.cli.drill import drill_set, repeated, shipped_scenario
 from harness.drills.scenario import load_scenario
 
 

@@ -32,14 +32,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from fakedev import __version__
-from fakedev.cli.drill import positive_count
-from fakedev.cli.node import plugin_command
+from fakedev.cli.args import positive_count
+from fakedev.cli.rig import NodeHardware, plugin_command, plugin_driver, remove_fabric
 from fakedev.errors import BenchError
-from fakedev.model.inventory import resolve_inventory
-from fakedev.nics.hardware import remove as remove_hardware
-from fakedev.nics.node import install_node_nics
-from fakedev.profiles import load_profile
-from fakedev.render import bench_render
+from fakedev.render import Schema, bench_render
 from harness.cluster.build import ETCD_VERSION, KUBERNETES_VERSION
 from harness.cluster.config import DRA_FEATURE_GATES, ClusterSettings
 from harness.cluster.local import local_cluster
@@ -47,11 +43,10 @@ from harness.cluster.nodes import register_node
 from harness.conformance.exdriver import EXAMPLE_DRIVER_VERSION, example_driver_spec
 from harness.errors import HarnessError
 from harness.node.background import BackgroundLoop
-from harness.node.drivers import DriverContext, DriverSpec, render_driver_argv, template_driver
+from harness.node.drivers import DriverContext, DriverSpec, render_driver_argv
 from harness.node.registration import handshake
 from harness.procs import open_run_dir, wait_for
 from kubeclient.errors import KubeClientError
-from linuxns import delete_netns
 
 from . import goprofile, plots, prepare, scale
 from .procfs import cpu_seconds, memory_mib
@@ -150,7 +145,9 @@ def _plugin_start(*, profile: str, kubeconfig: Path) -> tuple[float, float]:
     root = Path(tempfile.mkdtemp(prefix="fd-bench-"))
     argv = render_driver_argv(
         plugin_command(
-            profile=profile, schema="nvidia" if profile == "dgx-h100" else "example", extra=("--log-level", "WARNING")
+            profile=profile,
+            schema=Schema.NVIDIA if profile == "dgx-h100" else Schema.EXAMPLE,
+            extra=("--log-level", "WARNING"),
         ),
         context=DriverContext(node="bench-node", kubelet_root=root / "k", cdi_dir=root / "cdi", kubeconfig=kubeconfig),
     )
@@ -207,20 +204,18 @@ def _prepare(
         run = open_run_dir(purpose="bench")
         cdi_root = Path("/dev/shm" if cdi_on == "tmpfs" else run.path) / f"fakedev-bench-{run.run_id}-cdi"
         results["prepare_cdi_dirs_on"] = cdi_on
-        nic_profile = load_profile("nic-only")
-        nics = install_node_nics(
-            resolve_inventory(nic_profile, node_name="bench-nic"), node_run_id=run.run_id, fabric_run_id=run.run_id
-        )
-        assert nics is not None
+        quiet = ("--log-level", "WARNING")
+        gpus = NodeHardware.install(profile="dgx-h100", node_name="bench-gpu", nics=False)
+        examples = NodeHardware.install(profile="seed-example", node_name="bench-fakedev-example")
+        # The NIC node's namespaces carry the bench run's id, so the reaper takes them with the run.
+        nics = NodeHardware.install(profile="nic-only", node_name="bench-nic", fabric=run.run_id, run_id=run.run_id)
         subjects = [
             prepare.Subject(
                 key="gpu",
                 title="fakedev gpu.nvidia.com (dgx-h100)",
                 node="bench-gpu",
                 driver="gpu.nvidia.com",
-                spec=template_driver(
-                    plugin_command(profile="dgx-h100", schema="nvidia", extra=("--log-level", "WARNING"))
-                ),
+                spec=plugin_driver(hardware=gpus, schema=Schema.NVIDIA, extra=quiet),
                 pick=lambda d: d.get("attributes", {}).get("type", {}).get("string") == "gpu",
             ),
             prepare.Subject(
@@ -228,9 +223,7 @@ def _prepare(
                 title="fakedev gpu.example.com (seed-example)",
                 node="bench-fakedev-example",
                 driver="gpu.example.com",
-                spec=template_driver(
-                    plugin_command(profile="seed-example", schema="example", extra=("--log-level", "WARNING"))
-                ),
+                spec=plugin_driver(hardware=examples, schema=Schema.EXAMPLE, extra=quiet),
             ),
             prepare.Subject(
                 key="exdrv_gpu",
@@ -252,11 +245,7 @@ def _prepare(
                 title="fakedev dra.net NIC (nic-only)",
                 node="bench-nic",
                 driver="dra.net",
-                spec=template_driver(
-                    plugin_command(
-                        profile="nic-only", schema="dranet", extra=(*nics.plugin_args(), "--log-level", "WARNING")
-                    )
-                ),
+                spec=plugin_driver(hardware=nics, schema=Schema.DRANET, extra=quiet),
                 exclusive=True,
             ),
         ]
@@ -286,8 +275,8 @@ def _prepare(
             asyncio.run(main())
         finally:
             shutil.rmtree(cdi_root, ignore_errors=True)
-            remove_hardware(nics.hardware)
-            delete_netns(nics.hardware.fabric_netns)
+            nics.remove()
+            remove_fabric(run.run_id)
             run.remove()
     results["claims_per_driver"] = claims
     for key, m in measured.items():

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from fakedev.cli.bench.procfs import memory_mib
-from fakedev.cli.plugin import GIL_SWITCH_SECONDS
 from fakedev.model.inventory import resolve_inventory
 from fakedev.plugin.app import PluginApp, PluginSettings
+from fakedev.plugin.tuning import tune_for_serving
 from fakedev.profiles import load_profile
 from fakedev.render import Schema, render_node
 from harness.cluster.nodes import NodeHeartbeats, register_node
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     # As in `fakedev plugin`: the event loop thread must not queue behind the API threads for the GIL.
-    sys.setswitchinterval(GIL_SWITCH_SECONDS)
+    tune_for_serving()
     # Every node holds a few sockets and an API connection: more than the default soft limit at 1000 nodes.
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
