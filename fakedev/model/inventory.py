@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Final
+from enum import StrEnum
+from typing import ClassVar, Final, TypeGuard
 
 from fakedev.model import identity
 from fakedev.model.catalog import GpuProduct
@@ -29,6 +30,19 @@ from fakedev.model.vgpu import VgpuType
 IOMMU_GROUP_BASE: Final = 16  # real hosts number groups from 0 for chipset devices; keep endpoints clear of those
 NVIDIA_DRIVER: Final = "nvidia"
 VFIO_DRIVER: Final = "vfio-pci"
+
+
+class DeviceKind(StrEnum):
+    """What a device model object is; code that treats kinds differently looks this up in a table, never the class."""
+
+    GPU = "gpu"
+    MIG = "mig"
+    VGPU = "vgpu"
+    PASSTHROUGH_GPU = "passthrough-gpu"
+    NIC_PF = "nic-pf"
+    NIC_VF = "nic-vf"
+    VIRTUAL_NIC = "virtual-nic"
+    EXAMPLE_GPU = "example-gpu"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,6 +76,8 @@ class PciFunction:
 
 @dataclass(frozen=True, kw_only=True)
 class GpuDevice:
+    kind: ClassVar[DeviceKind] = DeviceKind.GPU
+
     minor: int
     uuid: str
     product: GpuProduct
@@ -79,6 +95,8 @@ class GpuDevice:
 class PassthroughGpu:
     """A GPU bound to vfio-pci for a VM: only PCI facts (no minor, no UUID the host driver could report)."""
 
+    kind: ClassVar[DeviceKind] = DeviceKind.PASSTHROUGH_GPU
+
     index: int
     product: GpuProduct
     pci: PciFunction
@@ -91,6 +109,8 @@ class PassthroughGpu:
 @dataclass(frozen=True, kw_only=True)
 class MigDevice:
     """A GPU instance: a possible placement (dynamic MIG) or a pre-created instance (static MIG, has a uuid)."""
+
+    kind: ClassVar[DeviceKind] = DeviceKind.MIG
 
     parent: GpuDevice
     profile: MigProfile
@@ -106,6 +126,8 @@ class MigDevice:
 class VgpuDevice:
     """One vGPU a GPU can host: MIG-backed (at a placement) or time-sliced (slot ``index`` of its type)."""
 
+    kind: ClassVar[DeviceKind] = DeviceKind.VGPU
+
     parent: GpuDevice
     vgpu_type: VgpuType
     placement: Placement | None
@@ -117,6 +139,8 @@ class VgpuDevice:
 
 @dataclass(frozen=True, kw_only=True)
 class NicVf:
+    kind: ClassVar[DeviceKind] = DeviceKind.NIC_VF
+
     index: int
     pci: PciFunction
     ifname: str
@@ -126,6 +150,8 @@ class NicVf:
 
 @dataclass(frozen=True, kw_only=True)
 class NicPf:
+    kind: ClassVar[DeviceKind] = DeviceKind.NIC_PF
+
     product: NicProduct
     pci: PciFunction
     ifname: str
@@ -137,6 +163,8 @@ class NicPf:
 
 @dataclass(frozen=True, kw_only=True)
 class VirtualNic:
+    kind: ClassVar[DeviceKind] = DeviceKind.VIRTUAL_NIC
+
     ifname: str
     mac: str
     mtu: int
@@ -144,6 +172,8 @@ class VirtualNic:
 
 @dataclass(frozen=True, kw_only=True)
 class ExampleGpu:
+    kind: ClassVar[DeviceKind] = DeviceKind.EXAMPLE_GPU
+
     index: int
     uuid: str
     model: str
@@ -152,6 +182,18 @@ class ExampleGpu:
     shares: str | None = None
     fabric_attach: str | None = None
     """"ready" or "fails": attached through a fabric, usable only after the driver's binding condition."""
+
+
+DeviceModel = GpuDevice | PassthroughGpu | MigDevice | VgpuDevice | NicPf | NicVf | VirtualNic | ExampleGpu
+"""Every model object a published device can stand for."""
+
+NicModel = NicPf | NicVf | VirtualNic
+NIC_DEVICE_KINDS: Final = frozenset({DeviceKind.NIC_PF, DeviceKind.NIC_VF, DeviceKind.VIRTUAL_NIC})
+
+
+def is_nic(model: DeviceModel) -> TypeGuard[NicModel]:
+    """Whether ``model`` is a NIC function (a netdev on the node), by its kind."""
+    return model.kind in NIC_DEVICE_KINDS
 
 
 @dataclass(frozen=True, kw_only=True)

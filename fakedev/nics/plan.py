@@ -31,6 +31,24 @@ class NicAssignment:
     """CIDR form, e.g. 10.23.7.2/24."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class HostNic:
+    """A NIC function as the node has it before prepare: the name, MAC and MTU unprepare gives back."""
+
+    ifname: str
+    mac: str
+    mtu: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreparedNic:
+    """A NIC as prepare configures it on the node: what the pod gets, and the hardware MAC/MTU to restore later."""
+
+    assignment: NicAssignment
+    hardware_mac: str
+    hardware_mtu: int
+
+
 def compute_pool(node_name: str) -> ipaddress.IPv4Network:
     """A /24 of 10.0.0.0/8 chosen from the node name, so nodes rarely share one and runs are reproducible."""
     digest = hashlib.sha256(f"fakedev-pool/{node_name}".encode()).digest()

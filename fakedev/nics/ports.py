@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fakedev.model.inventory import NicPf, NicVf, NodeInventory, VirtualNic
+from fakedev.model.inventory import DeviceModel, NodeInventory, is_nic
 from fakedev.model.nic import LinkType
 
 
@@ -36,8 +36,6 @@ def compute_ports(inventory: NodeInventory) -> list[NicPort]:
     return ports
 
 
-def ifname_of(model: object) -> str | None:
+def ifname_of(model: DeviceModel) -> str | None:
     """The node-side interface name of a NIC model object, or None for anything that is not a NIC."""
-    if isinstance(model, (NicPf, NicVf, VirtualNic)):
-        return model.ifname
-    return None
+    return model.ifname if is_nic(model) else None

@@ -7,17 +7,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
-from fakedev.model.inventory import (
-    ExampleGpu,
-    GpuDevice,
-    MigDevice,
-    NicPf,
-    NicVf,
-    PassthroughGpu,
-    VgpuDevice,
-    VirtualNic,
-)
+from fakedev.model.inventory import DeviceModel
 from fakedev.render.types import DeviceAttribute, DeviceCapacity, ResourceSlice
+
+__all__ = ["DRIVERS", "DeviceModel", "DeviceRef", "PublishedDevice", "RenderedNode", "Schema"]
 
 
 class Schema(StrEnum):
@@ -37,8 +30,6 @@ DRIVERS: Final[Mapping[Schema, str]] = {
     Schema.DRANET: "dra.net",
     Schema.EXAMPLE: "gpu.example.com",
 }
-
-DeviceModel = GpuDevice | PassthroughGpu | MigDevice | VgpuDevice | NicPf | NicVf | VirtualNic | ExampleGpu
 
 
 @dataclass(frozen=True, kw_only=True, order=True)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fakedev.driver.cdi_edits import device_nodes
+from fakedev.driver.preparers import preparer_for
 from fakedev.model.inventory import NodeInventory, resolve_inventory
 from fakedev.profiles import load_profile
 from fakedev.render import render_node
@@ -39,7 +39,7 @@ def test_vfio_binding_and_group_nodes(inventory: NodeInventory, tmp_path: Path) 
     seen = devices[gpu.bdf.render()]
     assert seen.driver == "vfio-pci" and seen.iommu_group == gpu.pci.iommu_group
     assert devices["0000:cc:00.0"].driver == "nvidia"
-    paths = [n.container_path for n in device_nodes(gpu)]
+    paths = [n.container_path for n in preparer_for(gpu).fake_nodes(gpu)]
     assert paths == ["/dev/vfio/vfio", f"/dev/vfio/{gpu.pci.iommu_group}"]
 
 

@@ -11,11 +11,13 @@ import argparse
 import sys
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import cdi
 import fakedev.driver.claims as claims_mod
 import fakedev.driver.metadata as metadata_mod
+import fakedev.driver.plan as plan_mod
 import fakedev.driver.state as state_mod
 import fakedev.plugin.registration as registration_mod
 from fakedev.driver.core import SerializedDriver
@@ -279,16 +281,20 @@ def status_foreign_manager() -> None:
 
 
 def broken_mount() -> None:
-    import fakedev.driver.cdi_edits as edits_mod
+    original = plan_mod.compute_prepare_plan
 
-    original = edits_mod.render_device_edits
-
-    def edits(**kw: Any) -> cdi.ContainerEdits:
+    def plan(**kw: Any) -> plan_mod.PreparePlan:
         base = original(**kw)
         bad = cdi.Mount(host_path="/nonexistent/fakedev/broken", container_path="/broken", options=("ro", "bind"))
-        return cdi.ContainerEdits(env=base.env, device_nodes=base.device_nodes, mounts=(*base.mounts, bad))
+        spec = base.claim_spec.spec
+        devices = tuple(
+            replace(d, container_edits=replace(d.container_edits, mounts=(*d.container_edits.mounts, bad)))
+            for d in spec.devices
+        )
+        claim_spec = replace(base.claim_spec, spec=replace(spec, devices=devices))
+        return replace(base, claim_spec=claim_spec)
 
-    setattr(edits_mod, "render_device_edits", edits)  # noqa: B010
+    setattr(state_mod, "compute_prepare_plan", plan)  # noqa: B010
 
 
 def health_v1alpha1_only() -> None:

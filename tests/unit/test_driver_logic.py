@@ -167,21 +167,24 @@ def test_metadata_stream_has_both_versions_newest_first() -> None:
     assert docs[0]["requests"] == docs[1]["requests"] == requests
 
 
-def test_checkpoint_round_trips_and_detects_corruption() -> None:
-    claims: Any = {
-        "u": {
-            "uid": "u",
-            "namespace": "ns",
-            "name": "c",
-            "state": "PrepareCompleted",
-            "devices": [],
-            "cdiSpecFiles": [],
-            "metadataDir": "",
-            "metadataGeneration": 1,
-            "statusApplied": True,
-        }
+def _record(uid: str = "u") -> Any:
+    return {
+        "uid": uid,
+        "namespace": "ns",
+        "name": "c",
+        "devices": [],
+        "cdiSpecFiles": [],
+        "metadataDir": "",
+        "metadataGeneration": 1,
+        "nics": [],
+        "mdevs": [],
     }
+
+
+def test_checkpoint_round_trips_and_detects_corruption() -> None:
+    claims: Any = {"u": _record()}
     data = render_checkpoint(claims)
+    assert json.loads(data)["version"] == "fakedev.dra/checkpoint-v2"
     assert parse_checkpoint(data, source="cp") == claims
     tampered = json.loads(data)
     tampered["claims"]["u"]["name"] = "other"
@@ -189,10 +192,42 @@ def test_checkpoint_round_trips_and_detects_corruption() -> None:
         parse_checkpoint(json.dumps(tampered).encode(), source="cp")
     with pytest.raises(CheckpointError, match="not valid JSON"):
         parse_checkpoint(data[:20], source="cp")
-    with pytest.raises(CheckpointError, match="unknown checkpoint version"):
+    with pytest.raises(CheckpointError, match="unknown checkpoint version 'v0'"):
         parse_checkpoint(
             json.dumps({"version": "v0", "checksum": compute_checksum({}), "claims": {}}).encode(), source="cp"
         )
+
+
+def _v1(claims: Any, *, checksum: str | None = None) -> bytes:
+    doc = {"version": "fakedev.dra/checkpoint-v1", "checksum": checksum or compute_checksum(claims), "claims": claims}
+    return json.dumps(doc).encode()
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"state": "PrepareCompleted", "statusApplied": True, "nics": [], "mdevs": []},
+        {"state": "PrepareCompleted", "statusApplied": False},
+    ],
+    ids=["with-nics-and-mdevs", "before-nics-and-mdevs"],
+)
+def test_v1_checkpoint_loads_without_its_dead_fields(extra: dict[str, Any]) -> None:
+    v2 = _record()
+    v1 = {k: v for k, v in v2.items() if k not in ("nics", "mdevs")} | extra
+    assert parse_checkpoint(_v1({"u": v1}), source="cp") == {"u": v2}
+
+
+@pytest.mark.parametrize(
+    ("data", "error"),
+    [
+        (_v1({"u": {"uid": "u"}}, checksum="0"), "cp: checksum mismatch"),
+        (_v1({"u": "junk"}), "cp: claims.u: not an object"),
+    ],
+    ids=["checksum", "record-not-object"],
+)
+def test_corrupt_v1_checkpoint_is_refused(data: bytes, error: str) -> None:
+    with pytest.raises(CheckpointError, match=error):
+        parse_checkpoint(data, source="cp")
 
 
 def test_call_fault_fails_n_times() -> None:

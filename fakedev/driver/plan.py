@@ -1,0 +1,303 @@
+"""What preparing a claim does, computed without doing any of it (pure): the prepare plan.
+
+``compute_prepare_plan`` turns an allocated claim, the devices this node publishes for it, their opaque config and
+their NIC assignments into a :class:`PreparePlan`: every fake device node, mdev, NIC configuration, CDI spec and
+metadata file prepare creates, the directories to fsync, the ``status.devices`` entries, the answer to the kubelet
+and the checkpoint record. :mod:`fakedev.driver.apply` carries a plan out; :mod:`fakedev.driver.state` orders the two
+with the API calls. What differs between device kinds comes from their preparer (:mod:`fakedev.driver.preparers`).
+
+Two pure steps come before the plan: the opaque config of each request (which kinds apply depends on the device),
+and the NIC assignments (names and addresses picked against what the node's other claims hold).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import cdi
+from fakedev.driver import cdi_edits, metadata
+from fakedev.driver.checkpoint import ClaimRecord, DeviceRecord, nic_record, prepared_device, prepared_nic
+from fakedev.driver.claims import AllocatedDevice, ClaimPlan, configs_for
+from fakedev.driver.config import DeviceConfig, merge_configs, parse_config
+from fakedev.driver.preparers import EditsInput, MdevRequest, StatusCondition, StatusExtras, preparer_for
+from fakedev.nics.plan import PreparedNic, compute_assignment
+from fakedev.render.published import PublishedDevice
+from kubeletapi.types import PreparedDevice
+
+READY_REASON: Final = "DevicePrepared"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrepareDirs:
+    """Where a plan puts things: the CDI directory, the fake /dev root and the metadata root."""
+
+    cdi_dir: Path
+    dev_root: Path
+    metadata_root: Path
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpecFile:
+    """A CDI spec and its file name inside the CDI directory."""
+
+    file_name: str
+    spec: cdi.Spec
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetadataFile:
+    """One request's device-metadata file (host path and bytes) and the CDI spec that mounts it."""
+
+    path: Path
+    data: bytes
+    spec: SpecFile
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreparePlan:
+    """Everything preparing one claim does on the node and answers, in the order it must happen."""
+
+    uid: str
+    fake_nodes: tuple[Path, ...]
+    """Char devices to create (each once, in first-use order)."""
+    mdevs: tuple[MdevRequest, ...]
+    nics: tuple[PreparedNic, ...]
+    cdi_dir: Path
+    claim_spec: SpecFile
+    metadata_files: tuple[MetadataFile, ...]
+    sync_dirs: tuple[Path, ...]
+    """fsynced once after every file is written (one journal commit makes every rename durable)."""
+    status_devices: tuple[dict[str, Any], ...]
+    prepared: tuple[PreparedDevice, ...]
+    record: ClaimRecord
+
+
+@dataclass(frozen=True, kw_only=True)
+class UnpreparePlan:
+    """What unpreparing one claim removes; computed from its record when there is one, else from its names."""
+
+    claim_spec_file: str
+    metadata_spec_prefix: str
+    cdi_dir: Path
+    metadata_dir: Path
+    sync_dirs: tuple[Path, ...]
+    mdevs: tuple[str, ...]
+    nics: tuple[PreparedNic, ...]
+
+
+def compute_device_configs(claim: ClaimPlan, published: Sequence[PublishedDevice]) -> dict[str, DeviceConfig]:
+    """The effective opaque config of each request; which config kinds it may use depends on its devices' kind."""
+    return {
+        d.request: merge_configs(
+            [
+                parse_config(p, kinds=preparer_for(pub.model).config_kinds, path=f"config[{i}].opaque.parameters")
+                for i, p in enumerate(configs_for(claim, d.request))
+            ]
+        )
+        for d, pub in zip(claim.devices, published, strict=True)
+    }
+
+
+def compute_nic_assignments(
+    *,
+    claim: ClaimPlan,
+    published: Sequence[PublishedDevice],
+    configs: Mapping[str, DeviceConfig],
+    node_name: str,
+    kept: Mapping[str, PreparedNic],
+    others: Iterable[PreparedNic],
+) -> dict[str, PreparedNic]:
+    """Name, MAC and addresses of each NIC of the claim, by device; ``kept`` (this claim's NICs from an earlier
+    prepare) are reused as they were, ``others`` (every other claim's) are never collided with."""
+    held = list(others)
+    used_names = {n.assignment.pod_ifname for n in held}
+    used_addresses = {a for n in held for a in n.assignment.addresses}
+    out: dict[str, PreparedNic] = {}
+    for d, p in zip(claim.devices, published, strict=True):
+        host = preparer_for(p.model).host_nic(p.model, device=d.device)
+        if host is None:
+            continue
+        if d.device in kept:
+            out[d.device] = kept[d.device]
+            continue
+        config = configs[d.request]
+        a = compute_assignment(
+            node_name=node_name,
+            claim_uid=claim.uid,
+            device=d.device,
+            host_ifname=host.ifname,
+            default_mtu=host.mtu,
+            config=config,
+            used_names=used_names,
+            used_addresses=used_addresses,
+            ipv6=config.ipv6,
+        )
+        used_names.add(a.pod_ifname)
+        used_addresses.update(a.addresses)
+        out[d.device] = PreparedNic(assignment=a, hardware_mac=host.mac, hardware_mtu=host.mtu)
+    return out
+
+
+def compute_prepare_plan(
+    *,
+    claim: ClaimPlan,
+    published: Sequence[PublishedDevice],
+    configs: Mapping[str, DeviceConfig],
+    nics: Mapping[str, PreparedNic],
+    driver: str,
+    node_name: str,
+    dirs: PrepareDirs,
+    generation: int,
+    now: str,
+) -> PreparePlan:
+    """The plan for ``claim`` (its devices paired with ``published`` in order); ``generation`` numbers the metadata
+    files, ``now`` stamps the status conditions."""
+    pairs = list(zip(claim.devices, published, strict=True))
+    preparers = [preparer_for(p.model) for _, p in pairs]
+    claim_uuids = [
+        prep.claim_uuid(p.model, node_name=node_name, key=f"{d.pool}/{d.device}/{claim.uid}")
+        for prep, (d, p) in zip(preparers, pairs, strict=True)
+    ]
+    visible = tuple(
+        u
+        for prep, (_, p), minted in zip(preparers, pairs, claim_uuids, strict=True)
+        if (u := prep.visible_uuid(p.model, claim_uuid=minted))
+    )
+    fake_nodes: dict[Path, None] = {}
+    mdevs: list[MdevRequest] = []
+    cdi_devices: list[tuple[str, cdi.ContainerEdits]] = []
+    records: list[DeviceRecord] = []
+    metadata_devices: dict[str, list[metadata.MetadataDevice]] = {}
+    status: list[dict[str, Any]] = []
+    for prep, (d, p), minted in zip(preparers, pairs, claim_uuids, strict=True):
+        for node in prep.fake_nodes(p.model):
+            fake_nodes[dirs.dev_root / node.host_relpath] = None
+        if (mdev := prep.mdev(p.model)) is not None:
+            mdevs.append(mdev)
+        nic = nics.get(d.device)
+        use = EditsInput(
+            device=d.device,
+            config=configs[d.request],
+            visible_uuids=visible,
+            claim_uuid=minted,
+            nic=nic,
+            dev_root=dirs.dev_root,
+        )
+        name = cdi_edits.claim_device_name(claim_uid=claim.uid, device=d.device)
+        cdi_devices.append((name, prep.container_edits(p.model, use=use)))
+        records.append(
+            {
+                "requestNames": [metadata.top_level_request(d.request)],
+                "pool": d.pool,
+                "device": d.device,
+                "cdiDeviceIDs": [cdi.render_qualified_name(kind=cdi_edits.claim_kind(driver), device=name)],
+                "shareID": d.share_id,
+            }
+        )
+        extras = prep.status_extras(p.model, device=d.device, nic=nic, now=now)
+        entry: metadata.MetadataDevice = {
+            "driver": driver,
+            "pool": d.pool,
+            "name": d.device,
+            "attributes": prep.metadata_attributes(p.model, published=p.attributes),
+        }
+        if extras.network_data is not None:
+            entry["networkData"] = extras.network_data
+        metadata_devices.setdefault(d.request, []).append(entry)
+        status.append(_status_entry(driver=driver, device=d, extras=extras, now=now))
+
+    identity = metadata.ClaimIdentity(
+        namespace=claim.namespace, name=claim.name, uid=claim.uid, pod_claim_name=claim.pod_claim_name
+    )
+    claim_spec = SpecFile(
+        file_name=cdi_edits.claim_spec_file(driver=driver, claim_uid=claim.uid),
+        spec=cdi_edits.render_claim_spec(driver=driver, devices=cdi_devices),
+    )
+    claim_dir = dirs.metadata_root / metadata.host_claim_dir_name(identity)
+    metadata_files: list[MetadataFile] = []
+    for top, requests in metadata.group_by_request(metadata_devices).items():
+        host_file = claim_dir / top / metadata.HOST_FILE_NAME
+        metadata_files.append(
+            MetadataFile(
+                path=host_file,
+                data=metadata.render_metadata_stream(claim=identity, generation=generation, requests=requests),
+                spec=SpecFile(
+                    file_name=metadata.metadata_spec_file(driver=driver, claim_uid=claim.uid, request=top),
+                    spec=metadata.render_metadata_spec(
+                        driver=driver, claim=identity, request=top, host_file=str(host_file)
+                    ),
+                ),
+            )
+        )
+        # The metadata device rides on the first device of its request (contract §4).
+        first = next(r for r in records if r["requestNames"][0] == top)
+        first["cdiDeviceIDs"].append(
+            cdi.render_qualified_name(
+                kind=metadata.metadata_kind(driver),
+                device=metadata.metadata_device_name(claim_uid=claim.uid, request=top),
+            )
+        )
+    record: ClaimRecord = {
+        "uid": claim.uid,
+        "namespace": claim.namespace,
+        "name": claim.name,
+        "devices": records,
+        "cdiSpecFiles": [claim_spec.file_name, *(f.spec.file_name for f in metadata_files)],
+        "metadataDir": claim_dir.name,
+        "metadataGeneration": generation,
+        "nics": [nic_record(n) for n in nics.values()],
+        "mdevs": [m.uuid for m in mdevs],
+    }
+    return PreparePlan(
+        uid=claim.uid,
+        fake_nodes=tuple(fake_nodes),
+        mdevs=tuple(mdevs),
+        nics=tuple(nics.values()),
+        cdi_dir=dirs.cdi_dir,
+        claim_spec=claim_spec,
+        metadata_files=tuple(metadata_files),
+        sync_dirs=(dirs.cdi_dir, *(f.path.parent for f in metadata_files), claim_dir, dirs.metadata_root),
+        status_devices=tuple(status),
+        prepared=tuple(prepared_device(r) for r in records),
+        record=record,
+    )
+
+
+def _status_entry(*, driver: str, device: AllocatedDevice, extras: StatusExtras, now: str) -> dict[str, Any]:
+    ready: StatusCondition = {
+        "type": "Ready",
+        "status": "True",
+        "reason": READY_REASON,
+        "lastTransitionTime": now,
+        "message": "prepared by fakedev",
+    }
+    entry: dict[str, Any] = {
+        "driver": driver,
+        "pool": device.pool,
+        "device": device.device,
+        "conditions": [*extras.before_ready, ready, *extras.after_ready],
+    }
+    if extras.network_data is not None:
+        entry["networkData"] = extras.network_data
+    if device.share_id is not None:
+        entry["shareID"] = device.share_id
+    return entry
+
+
+def compute_unprepare_plan(
+    *, driver: str, uid: str, namespace: str, name: str, record: ClaimRecord | None, dirs: PrepareDirs
+) -> UnpreparePlan:
+    """Everything a prepare of the claim may have left on the node, record or not: files are named from the UID
+    and the namespace/name, so they are found even when the plugin died before recording the claim."""
+    return UnpreparePlan(
+        claim_spec_file=cdi_edits.claim_spec_file(driver=driver, claim_uid=uid),
+        metadata_spec_prefix=metadata.metadata_spec_prefix(driver=driver, claim_uid=uid),
+        cdi_dir=dirs.cdi_dir,
+        metadata_dir=dirs.metadata_root / (record["metadataDir"] if record else f"{namespace}_{name}"),
+        sync_dirs=(dirs.cdi_dir, dirs.metadata_root),
+        mdevs=tuple(record["mdevs"]) if record else (),
+        nics=tuple(prepared_nic(n) for n in record["nics"]) if record else (),
+    )

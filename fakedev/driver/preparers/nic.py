@@ -1,0 +1,72 @@
+"""NICs (physical functions, virtual functions, virtual NICs): configured on the node, then moved into the pod.
+
+The NIC reaches the pod through the CDI 1.1 ``netDevices`` edit (the runtime moves and renames the interface); the
+claim status and the metadata file report the name, MAC and addresses the pod sees (``networkData``).
+"""
+
+from __future__ import annotations
+
+from typing import Final, TypeVar
+
+import cdi
+from fakedev.driver import cdi_edits
+from fakedev.driver.config import NIC_KINDS
+from fakedev.driver.metadata import NetworkData
+from fakedev.driver.preparers.base import DevicePreparer, EditsInput, StatusCondition, StatusExtras
+from fakedev.errors import ClaimError
+from fakedev.model.inventory import NicModel, NicPf, NicVf, VirtualNic
+from fakedev.model.nic import LinkType
+from fakedev.nics.plan import HostNic, PreparedNic
+
+VF_MTU: Final = 1500
+"""The model keeps no MTU for a VF; prepare takes the kernel's default as its hardware MTU."""
+
+N = TypeVar("N", bound=NicModel)
+
+
+def render_network_data(nic: PreparedNic) -> NetworkData:
+    a = nic.assignment
+    return {"interfaceName": a.pod_ifname, "ips": list(a.addresses), "hardwareAddress": a.mac}
+
+
+class _NicPreparer(DevicePreparer[N]):
+    config_kinds = NIC_KINDS
+
+    def container_edits(self, model: N, *, use: EditsInput) -> cdi.ContainerEdits:
+        if use.nic is None:
+            raise ClaimError(f"{use.device} is a NIC but got no interface assignment")
+        return cdi.ContainerEdits(
+            env=tuple(cdi_edits.render_config_env(use.config)),
+            net_devices=(
+                cdi.NetDevice(host_interface_name=use.nic.assignment.host_ifname, name=use.nic.assignment.pod_ifname),
+            ),
+        )
+
+    def status_extras(self, model: N, *, device: str, nic: PreparedNic | None, now: str) -> StatusExtras:
+        if nic is None:
+            return StatusExtras()
+        ready: StatusCondition = {
+            "type": "NetworkReady",
+            "status": "True",
+            "reason": "InterfaceConfigured",
+            "lastTransitionTime": now,
+            "message": f"{nic.assignment.pod_ifname} configured",
+        }
+        return StatusExtras(after_ready=(ready,), network_data=render_network_data(nic))
+
+
+class NicPfPreparer(_NicPreparer[NicPf]):
+    def host_nic(self, model: NicPf, *, device: str) -> HostNic | None:
+        if model.link != LinkType.ETHERNET:
+            raise ClaimError(f"{device} is an InfiniBand port; fakedev emulates only Ethernet NICs as veth")
+        return HostNic(ifname=model.ifname, mac=model.mac, mtu=model.mtu)
+
+
+class NicVfPreparer(_NicPreparer[NicVf]):
+    def host_nic(self, model: NicVf, *, device: str) -> HostNic | None:
+        return HostNic(ifname=model.ifname, mac=model.mac, mtu=VF_MTU)
+
+
+class VirtualNicPreparer(_NicPreparer[VirtualNic]):
+    def host_nic(self, model: VirtualNic, *, device: str) -> HostNic | None:
+        return HostNic(ifname=model.ifname, mac=model.mac, mtu=model.mtu)
