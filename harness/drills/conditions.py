@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.kubevirt.verify import VerifyError, emulated_node_view, verify_vmi
+from harness.errors import VerifyError
+from harness.kubevirt.verify import emulated_node_view, verify_vmi
 from kubeclient import JsonObj, KubeClient
 from kubeclient.resources import DEVICE_CLASSES, EVENTS, KNOWN, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 

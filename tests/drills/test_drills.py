@@ -20,7 +20,8 @@ from harness.cluster.config import DRA_FEATURE_GATES, RUNTIME_CONFIG, ClusterSet
 from harness.cluster.local import LocalCluster, local_cluster
 from harness.drills.report import render_html
 from harness.drills.runner import DrillResult, run_drills
-from harness.drills.scenario import Scenario, ScenarioError, load_scenario, parse_scenario
+from harness.drills.scenario import Scenario, load_scenario, parse_scenario
+from harness.errors import ScenarioError
 
 pytestmark = [pytest.mark.cluster, pytest.mark.privileged, pytest.mark.slow]
 

@@ -16,7 +16,8 @@ import pytest
 
 import cdi
 from fakedev.plugin.calls import read_calls
-from harness.node.dra_client import DraCallError, DraConnection
+from harness.errors import DraCallError
+from harness.node.dra_client import DraConnection
 from harness.node.registration import handshake
 from harness.procs import wait_for
 from harness.runtime.oci import render_container_spec
