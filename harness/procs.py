@@ -234,18 +234,26 @@ def wait_for(
     interval: float = 0.1,
     abort: Callable[[], Exception | None] | None = None,
 ) -> None:
-    """Poll ``predicate`` until true; ``abort`` may return an error to raise early (e.g. the process died)."""
+    """Poll ``predicate`` until true; ``abort`` may return an error to raise early (e.g. the process died).
+
+    A predicate that raises counts as "not yet" (the thing it reads may not exist yet); the last such exception is
+    named in the timeout's message and chained as its ``__cause__``, so a wait that never had a chance says why.
+    """
     from harness.errors import NotReadyError
 
     deadline = time.monotonic() + timeout
+    last: Exception | None = None
     while True:
         if abort is not None and (err := abort()) is not None:
             raise err
-        with contextlib.suppress(Exception):
+        try:
             if predicate():
                 return
+        except Exception as exc:  # any failure of the check means "not yet"
+            last = exc
         if time.monotonic() >= deadline:
-            raise NotReadyError(f"timed out after {timeout:.0f}s waiting for {what}")
+            why = f" (the check last raised {type(last).__name__}: {last})" if last is not None else ""
+            raise NotReadyError(f"timed out after {timeout:.0f}s waiting for {what}{why}") from last
         time.sleep(interval)
 
 
