@@ -7,7 +7,6 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -16,7 +15,7 @@ from harness.cluster.local import LocalCluster
 from harness.cluster.nodes import NodeHeartbeats, delete_node, register_node
 from harness.kube.manifests import apply_objects, load_manifest_file
 from harness.kube.waits import wait_object
-from kubeclient.client import JsonObj, KubeClient
+from kubeclient.client import KubeClient
 from kubeclient.resources import (
     DEVICE_CLASSES,
     DEVICE_TAINT_RULES,
@@ -25,6 +24,7 @@ from kubeclient.resources import (
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
 )
+from tests.helpers import example_slice_body, pod_body
 
 pytestmark = pytest.mark.cluster
 
@@ -45,71 +45,16 @@ def _kubectl(cluster: LocalCluster, *args: str) -> str:
     return done.stdout
 
 
-def _example_slice(*, node: str, driver: str = "gpu.example.com", count: int = 2) -> JsonObj:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{node}-example"},
-        "spec": {
-            "driver": driver,
-            "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": [
-                {
-                    "name": f"gpu-{i}",
-                    "attributes": {"index": {"int": i}, "model": {"string": "LATEST-GPU-MODEL"}},
-                    "capacity": {"memory": {"value": "80Gi"}},
-                }
-                for i in range(count)
-            ],
-        },
-    }
-
-
 @pytest.fixture
 def example_node(kube: KubeClient, unique_name: str, node_heartbeats: NodeHeartbeats) -> Iterator[str]:
     """An emulated Node with a hand-written slice of two gpu.example.com devices."""
     register_node(kube, name=unique_name)
     node_heartbeats.add(unique_name)
-    kube.create(RESOURCE_SLICES, _example_slice(node=unique_name))
+    kube.create(RESOURCE_SLICES, example_slice_body(node=unique_name))
     yield unique_name
     node_heartbeats.discard(unique_name)
     kube.delete(RESOURCE_SLICES, f"{unique_name}-example")
     delete_node(kube, name=unique_name)
-
-
-@pytest.fixture
-def example_class(kube: KubeClient, unique_name: str) -> Iterator[str]:
-    body = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": unique_name},
-        "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.example.com"'}}]},
-    }
-    kube.create(DEVICE_CLASSES, body)
-    yield unique_name
-    kube.delete(DEVICE_CLASSES, unique_name)
-
-
-def _pod(*, name: str, node: str, claims: list[dict[str, Any]]) -> JsonObj:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "restartPolicy": "Never",
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "resourceClaims": claims,
-            "containers": [
-                {
-                    "name": "c",
-                    "image": "busybox:1.36",
-                    "command": ["sh", "-c", "sleep 3600"],
-                    "resources": {"claims": [{"name": c["name"]} for c in claims]},
-                }
-            ],
-        },
-    }
 
 
 def test_api_resources_lists_every_dra_kind(local_cluster: LocalCluster) -> None:
@@ -190,7 +135,7 @@ def test_claim_template_is_instantiated_by_the_resourceclaim_controller(
     kube.create(RESOURCE_CLAIM_TEMPLATES, template, namespace=test_namespace)
     kube.create(
         PODS,
-        _pod(name="templated", node=example_node, claims=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]),
+        pod_body(name="templated", node=example_node, templates={"gpu": "one-gpu"}),
         namespace=test_namespace,
     )
     pod = wait_object(
@@ -227,7 +172,7 @@ def test_noexecute_taint_rule_makes_the_eviction_controller_delete_the_pod(
     kube.create(RESOURCE_CLAIMS, claim, namespace=test_namespace)
     kube.create(
         PODS,
-        _pod(name="victim", node=example_node, claims=[{"name": "gpu", "resourceClaimName": "gpu"}]),
+        pod_body(name="victim", node=example_node, claims={"gpu": "gpu"}),
         namespace=test_namespace,
     )
     allocated = wait_object(
