@@ -1,17 +1,34 @@
 """Errors raised by the harness.
 
 HarnessError
-├── RetryableError            a later attempt may succeed (a component not ready yet, a conflict)
-│   └── NotReadyError         a readiness wait ran out of time
-└── PermanentError            retrying cannot help; the message says what to fix
-    ├── BuildError            a control-plane binary could not be built
-    ├── ComponentError        a control-plane component exited or failed to start
-    └── ClusterStateError     no cluster / a broken cluster state directory
+├── RetryableError              a later attempt may succeed (a component not ready yet, a conflict)
+│   ├── NotReadyError           a readiness wait ran out of time
+│   ├── HostBusyError           a host-wide resource (the kubepods cgroup of a real node) is held by another run
+│   ├── HandshakeError          a plugin registration attempt failed; the plugin watcher starts over next round
+│   ├── DraCallError            a DRA or health gRPC call itself failed (``code`` says how); the kubelet retries
+│   └── PrepareError            a pod's claims cannot be prepared yet; its worker retries with back-off
+└── PermanentError              retrying cannot help; the message says what to fix
+    ├── BuildError              a control-plane binary could not be built
+    ├── ComponentError          a control-plane component exited or failed to start
+    ├── ClusterStateError       no cluster / a broken cluster state directory
+    ├── CheckpointCorruptError  the node emulator's DRA checkpoint is unreadable; the node refuses to start
+    ├── ScenarioError           a drill scenario file breaks the format (``file:line: field: rule``)
+    ├── LauncherError           virt-launcher would refuse the VM's device (``rule`` names which rule)
+    └── VerifyError             ``kubevirt verify`` cannot read its inputs at all (not a rule violation)
+
+Not errors: the verdicts :class:`harness.conformance.checks.CheckFailed` and ``CheckSkipped`` (a driver broke a
+contract clause / a check does not apply) and :class:`harness.drills.runner.StepFailed` (a drill step's condition did
+not hold) report on the system under test, not on the harness; they stay next to the code that decides them.
 
 API errors (``ApiError`` and its retryable children) live in :mod:`kubeclient.errors`.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import grpc
 
 
 class HarnessError(Exception):
@@ -30,6 +47,38 @@ class NotReadyError(RetryableError):
     """A wait for readiness ran out of time."""
 
 
+class HostBusyError(RetryableError):
+    """A host-wide resource (e.g. the kubepods cgroup a real node uses) is held by another run."""
+
+
+class HandshakeError(RetryableError):
+    """A registration attempt failed; ``notified`` says whether the plugin was told why.
+
+    Retryable because the kubelet's answer to any failed attempt is to try again from scratch later: most causes
+    (a socket not serving yet, a slow GetInfo) go away, and a refused plugin is told why so it can be replaced.
+    """
+
+    def __init__(self, message: str, *, notified: bool) -> None:
+        super().__init__(message)
+        self.notified = notified
+
+
+class DraCallError(RetryableError):
+    """The gRPC call itself failed (as opposed to a per-claim error in its answer).
+
+    Retryable because the kubelet repeats a failed call (a driver restarting, a deadline); ``code`` tells a caller
+    that needs to distinguish, e.g. ``UNIMPLEMENTED``.
+    """
+
+    def __init__(self, message: str, *, code: grpc.StatusCode | None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class PrepareError(RetryableError):
+    """The pod cannot start yet; the message is what the kubelet would put in a FailedPrepareDynamicResources event."""
+
+
 class BuildError(PermanentError):
     """Building a binary from the Go module proxy failed."""
 
@@ -42,5 +91,21 @@ class ClusterStateError(PermanentError):
     """The cluster state directory is missing or not usable."""
 
 
-class HostBusyError(RetryableError):
-    """A host-wide resource (e.g. the kubepods cgroup a real node uses) is held by another run."""
+class CheckpointCorruptError(PermanentError):
+    """The emulator's DRA checkpoint failed its checksum (or cannot be read); a restart reads the same file."""
+
+
+class ScenarioError(PermanentError):
+    """A scenario file breaks the format; the message names the file, line and field."""
+
+
+class LauncherError(PermanentError):
+    """virt-launcher would refuse to start the VM; ``rule`` names which rule."""
+
+    def __init__(self, rule: str, message: str) -> None:
+        super().__init__(message)
+        self.rule = rule
+
+
+class VerifyError(PermanentError):
+    """The inputs cannot be read at all (no launcher pod, unreadable checkpoint); not a rule violation."""

@@ -1,7 +1,8 @@
 """Run directories and supervised processes that never outlive their owner.
 
 Every OS object the harness creates carries the run's prefix. A run directory ``fakedev-<purpose>-<id>`` holds an
-``owner.lock`` that its owning process keeps locked for its whole life; every process started for the run gets
+``owner.lock`` that its owning process keeps locked for its whole life and a ``run-id`` file naming its id (the
+reaper reads the id from there, never from the directory's name); every process started for the run gets
 ``FAKEDEV_RUN_ID=<id>`` in its environment, its own process group, and a parent-death signal. The reaper takes any run
 whose lock it can grab (its owner is gone), kills the processes tagged with its id, runs the registered cleaners
 (network namespaces, veths, mounts, containers) and removes the directory.
@@ -28,6 +29,7 @@ from harness.errors import ComponentError
 RUN_ENV: Final = "FAKEDEV_RUN_ID"
 RUN_PREFIX: Final = "fakedev-"
 _LOCK_NAME: Final = "owner.lock"
+RUN_ID_FILE: Final = "run-id"
 YOUNG_RUN_SECONDS: Final = 30.0
 
 Cleaner = Callable[[str, Path], None]
@@ -66,6 +68,11 @@ def open_run_dir(*, purpose: str, base: Path | None = None, run_id: str | None =
     rid = run_id or new_run_id()
     path = (base or default_run_base()) / f"{RUN_PREFIX}{purpose}-{rid}"
     path.mkdir(parents=True, exist_ok=reuse, mode=0o750)
+    # Labelled before anything can run under the id, and replaced atomically: a reaper never reads half an id.
+    # (Taking over a directory rewrites the same id: the path is made from it.)
+    label = path / f".{RUN_ID_FILE}.{os.getpid()}"
+    label.write_text(f"{rid}\n")
+    label.replace(path / RUN_ID_FILE)
     lock = (path / _LOCK_NAME).open("wb")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -77,8 +84,13 @@ def open_run_dir(*, purpose: str, base: Path | None = None, run_id: str | None =
     return RunDir(path=path, run_id=rid, _lock=lock)
 
 
-def _run_id_of(path: Path) -> str:
-    return path.name.rsplit("-", 1)[-1]
+def read_run_id(path: Path) -> str | None:
+    """The id ``path`` was labelled with when it was opened; None if its owner died before labelling it (and so
+    before starting anything)."""
+    try:
+        return (path / RUN_ID_FILE).read_text().strip() or None
+    except (FileNotFoundError, NotADirectoryError):
+        return None
 
 
 def owner_alive(path: Path) -> bool:
@@ -134,13 +146,16 @@ def reap(*, base: Path | None = None, cleaners: Sequence[Cleaner] = ()) -> list[
     for path in sorted(root.glob(f"{RUN_PREFIX}*")):
         if not path.is_dir() or owner_alive(path):
             continue  # (a directory removed meanwhile is neither: owner_alive says False, rmtree ignores it)
-        run_id = _run_id_of(path)
-        kill_run_processes(run_id)
-        for cleaner in cleaners:
-            with contextlib.suppress(Exception):  # a cleaner's failure must not stop the others
-                cleaner(run_id, path)
+        run_id = read_run_id(path)
+        # An unlabelled directory's owner died right after making it: nothing ran under an id yet.
+        if run_id is not None:
+            kill_run_processes(run_id)
+            for cleaner in cleaners:
+                with contextlib.suppress(Exception):  # a cleaner's failure must not stop the others
+                    cleaner(run_id, path)
         shutil.rmtree(path, ignore_errors=True)
-        reaped.append(run_id)
+        if run_id is not None:
+            reaped.append(run_id)
     return reaped
 
 
@@ -234,18 +249,26 @@ def wait_for(
     interval: float = 0.1,
     abort: Callable[[], Exception | None] | None = None,
 ) -> None:
-    """Poll ``predicate`` until true; ``abort`` may return an error to raise early (e.g. the process died)."""
+    """Poll ``predicate`` until true; ``abort`` may return an error to raise early (e.g. the process died).
+
+    A predicate that raises counts as "not yet" (the thing it reads may not exist yet); the last such exception is
+    named in the timeout's message and chained as its ``__cause__``, so a wait that never had a chance says why.
+    """
     from harness.errors import NotReadyError
 
     deadline = time.monotonic() + timeout
+    last: Exception | None = None
     while True:
         if abort is not None and (err := abort()) is not None:
             raise err
-        with contextlib.suppress(Exception):
+        try:
             if predicate():
                 return
+        except Exception as exc:  # any failure of the check means "not yet"
+            last = exc
         if time.monotonic() >= deadline:
-            raise NotReadyError(f"timed out after {timeout:.0f}s waiting for {what}")
+            why = f" (the check last raised {type(last).__name__}: {last})" if last is not None else ""
+            raise NotReadyError(f"timed out after {timeout:.0f}s waiting for {what}{why}") from last
         time.sleep(interval)
 
 

@@ -1,12 +1,68 @@
-"""Small builders shared by the integration tests: claims, pods, and waiting for an allocation."""
+"""Small builders shared by the tests: API objects (device classes, slices, claims, pods), claim references, CDI
+specs, a health report with a deadline, and waiting for an allocation."""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any, TypeVar
 
+from cdi import ContainerEdits, Device, Spec
 from harness.kube.waits import wait_object
 from kubeclient import JsonObj, KubeClient
-from kubeclient.resources import PODS, RESOURCE_CLAIMS
+from kubeclient.resources import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from kubeletapi.types import ClaimRef
+
+EXAMPLE_DRIVER = "gpu.example.com"
+"""The driver of the seed-example profile (and of sigs.k8s.io/dra-example-driver)."""
+
+T = TypeVar("T")
+
+
+def driver_is(driver: str) -> str:
+    """The CEL selector of every device of ``driver``."""
+    return f'device.driver == "{driver}"'
+
+
+def device_class_body(*, name: str, expression: str) -> JsonObj:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": {"selectors": [{"cel": {"expression": expression}}]},
+    }
+
+
+def example_slice_body(*, node: str, driver: str = EXAMPLE_DRIVER, count: int = 2) -> JsonObj:
+    """A hand-written slice named ``<node>-example``: ``count`` GPUs with an index, one model and 80Gi each."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-example"},
+        "spec": {
+            "driver": driver,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [
+                {
+                    "name": f"gpu-{i}",
+                    "attributes": {"index": {"int": i}, "model": {"string": "LATEST-GPU-MODEL"}},
+                    "capacity": {"memory": {"value": "80Gi"}},
+                }
+                for i in range(count)
+            ],
+        },
+    }
+
+
+def node_slices(kube: KubeClient, node: str) -> list[JsonObj]:
+    return kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={node}")
+
+
+def claim_ref(claim: JsonObj) -> ClaimRef:
+    """How the kubelet names a claim in DRA calls."""
+    m = claim["metadata"]
+    return ClaimRef(uid=m["uid"], namespace=m["namespace"], name=m["name"])
 
 
 def claim_body(
@@ -28,26 +84,35 @@ def claim_body(
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name}, "spec": spec}
 
 
-def pod_body(*, name: str, node: str, claims: dict[str, str], command: str = "sleep 3600") -> JsonObj:
-    """A pod pinned to ``node`` using claims ``{pod claim name: resource claim name}``."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "restartPolicy": "Never",
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "resourceClaims": [{"name": k, "resourceClaimName": v} for k, v in claims.items()],
-            "containers": [
-                {
-                    "name": "c",
-                    "image": "busybox",
-                    "command": ["sh", "-c", command],
-                    "resources": {"claims": [{"name": k} for k in claims]},
-                }
-            ],
-        },
+def pod_body(
+    *,
+    name: str,
+    node: str,
+    claims: dict[str, str] | None = None,
+    templates: dict[str, str] | None = None,
+    command: str = "sleep 3600",
+    grace_seconds: int | None = None,
+) -> JsonObj:
+    """A pod pinned to ``node`` whose one container uses every pod claim: ``claims`` maps a pod claim name to a
+    ResourceClaim, ``templates`` to a ResourceClaimTemplate."""
+    entries = [{"name": k, "resourceClaimName": v} for k, v in (claims or {}).items()]
+    entries += [{"name": k, "resourceClaimTemplateName": v} for k, v in (templates or {}).items()]
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "nodeSelector": {"kubernetes.io/hostname": node},
+        "resourceClaims": entries,
+        "containers": [
+            {
+                "name": "c",
+                "image": "busybox",
+                "command": ["sh", "-c", command],
+                "resources": {"claims": [{"name": e["name"]} for e in entries]},
+            }
+        ],
     }
+    if grace_seconds is not None:
+        spec["terminationGracePeriodSeconds"] = grace_seconds
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
 
 def allocated_claim(kube: KubeClient, *, namespace: str, node: str, claim: JsonObj, pod: str) -> JsonObj:
@@ -62,4 +127,38 @@ def allocated_claim(kube: KubeClient, *, namespace: str, node: str, claim: JsonO
         namespace=namespace,
         predicate=lambda c: bool(c.get("status", {}).get("reservedFor")),
         what="allocated and reserved",
+    )
+
+
+async def next_report(stream: AsyncIterator[T], *, what: str, timeout: float = 10.0) -> T:
+    """The stream's next item within ``timeout``; a stream that goes quiet fails the test naming ``what``."""
+    try:
+        return await asyncio.wait_for(anext(stream), timeout)
+    except TimeoutError:
+        raise AssertionError(f"no {what} within {timeout:.0f}s") from None
+
+
+def one_device_spec(
+    *,
+    version: str = "0.5.0",
+    kind: str = "example.com/gpu",
+    name: str = "gpu0",
+    edits: ContainerEdits | None = None,
+    spec_edits: ContainerEdits | None = None,
+    annotations: dict[str, str] | None = None,
+    device_annotations: dict[str, str] | None = None,
+    devices: tuple[Device, ...] | None = None,
+) -> Spec:
+    """A CDI spec with one device ``name`` (or ``devices``), plain env edits unless given."""
+    device = Device(
+        name=name,
+        container_edits=edits if edits is not None else ContainerEdits(env=("A=1",)),
+        annotations=device_annotations or {},
+    )
+    return Spec(
+        version=version,
+        kind=kind,
+        devices=devices if devices is not None else (device,),
+        container_edits=spec_edits or ContainerEdits(),
+        annotations=annotations or {},
     )

@@ -21,8 +21,8 @@ import grpc
 
 import cdi
 from harness.conformance.context import ConformanceContext
+from harness.errors import DraCallError
 from harness.kube.waits import wait_object
-from harness.node.dra_client import DraCallError
 from harness.procs import wait_for
 from kubeclient import JsonObj
 from kubeclient.resources import PODS, RESOURCE_CLAIMS

@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from harness.cluster.nodes import NodeHeartbeats
-from harness.errors import HarnessError
+from harness.errors import HandshakeError, HarnessError
 from harness.node.background import BackgroundLoop, BackgroundNode
 from harness.node.dra_client import DraConnection
 from harness.node.emulator import NodeEmulator, NodeSettings
 from harness.node.plugins import PluginInstance, socket_id
-from harness.node.registration import HandshakeError, handshake
+from harness.node.registration import handshake
 from harness.procs import RunDir
 from harness.realnode.images import BUSYBOX_IMAGE
 from harness.realnode.node import RealNode, RealNodeSettings

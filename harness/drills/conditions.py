@@ -12,7 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from harness.kubevirt.verify import VerifyError, emulated_node_view, verify_vmi
+from harness.errors import VerifyError
+from harness.kubevirt.verify import emulated_node_view, verify_vmi
 from harness.node.layout import NodeLayout
 from kubeclient import JsonObj, KubeClient
 from kubeclient.resources import DEVICE_CLASSES, EVENTS, KNOWN, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES

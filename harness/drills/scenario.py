@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import yaml
 
-from harness.errors import PermanentError
+from harness.errors import ScenarioError as ScenarioError
 
 FAULTS: Final = (
     "driver-kill",
@@ -39,10 +39,6 @@ FAULTS: Final = (
 CONDITIONS: Final = ("pod", "pods", "claim", "slices", "event", "kubevirt", "field")
 STEP_KINDS: Final = ("apply", "delete", "wait", "assert", "fault", "recover")
 DEFAULT_TIMEOUT: Final = 60.0
-
-
-class ScenarioError(PermanentError):
-    """A scenario file breaks the format; the message names the file, line and field."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, Final
 
-from harness.errors import PermanentError
+from harness.errors import LauncherError as LauncherError
 from harness.kubevirt.vmi import DraDevice
 
 ATTRIBUTES_ROOT: Final = PurePosixPath("/var/run/kubernetes.io/dra-device-attributes")
@@ -33,14 +33,6 @@ PCIE_ROOT: Final = "resource.kubernetes.io/pcieRoot"
 MDEV_UUID: Final = "mdevUUID"
 BDF: Final = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 ALIAS_PREFIXES: Final = {"gpu": "ua-dra-gpu-", "hostDevice": "ua-dra-hostdevice-"}
-
-
-class LauncherError(PermanentError):
-    """virt-launcher would refuse to start the VM; ``rule`` names which rule."""
-
-    def __init__(self, rule: str, message: str) -> None:
-        super().__init__(message)
-        self.rule = rule
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -25,14 +25,14 @@ from typing import Any, Final
 import yaml
 
 import cdi
-from harness.errors import PermanentError
+from harness.errors import LauncherError
+from harness.errors import VerifyError as VerifyError
 from harness.kubevirt.launcher import (
     ATTRIBUTES_ROOT,
     PCI_BUS_ID,
     PCIE_ROOT,
     ContainerFiles,
     HostDevice,
-    LauncherError,
     read_host_device,
     render_hostdev,
 )
@@ -48,10 +48,6 @@ VFIO_DRIVER: Final = "vfio-pci"
 LAUNCHER_LABEL: Final = "kubevirt.io/domain"
 COMPUTE_CONTAINER: Final = "compute"
 _HOSTDEV: Final = re.compile(r"<hostdev\b.*?</hostdev>", re.DOTALL)
-
-
-class VerifyError(PermanentError):
-    """The inputs cannot be read at all (no launcher pod, unreadable checkpoint); not a rule violation."""
 
 
 @dataclass(frozen=True, kw_only=True)

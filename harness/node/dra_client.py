@@ -10,7 +10,7 @@ from typing import Final
 import grpc
 from grpc import aio
 
-from harness.errors import HarnessError
+from harness.errors import DraCallError as DraCallError
 from kubeletapi import DRA_V1_VERSION, HEALTH_V1_VERSION
 from kubeletapi import dra_v1_pb2 as v1
 from kubeletapi import dra_v1_pb2_grpc as v1_grpc
@@ -23,14 +23,6 @@ from kubeletapi import health_v1alpha1_pb2_grpc as h1a1_grpc
 from kubeletapi.types import ClaimRef, DeviceHealth, Health, PreparedDevice, PrepareResult
 
 CALL_TIMEOUT: Final = 45.0
-
-
-class DraCallError(HarnessError):
-    """The gRPC call itself failed (as opposed to a per-claim error in its answer)."""
-
-    def __init__(self, message: str, *, code: grpc.StatusCode | None) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def _call_error(method: str, exc: grpc.RpcError) -> DraCallError:

@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from harness.errors import HarnessError
-from harness.node.dra_client import DraCallError
+from harness.errors import CheckpointCorruptError as CheckpointCorruptError
+from harness.errors import DraCallError
+from harness.errors import PrepareError as PrepareError
 from harness.node.plugins import PluginManager
 from harness.node.podclaims import compute_pod_claims
 from kubeclient import ApiError, KubeClient
@@ -31,14 +32,6 @@ from kubeletapi.types import ClaimRef, PreparedDevice
 log = logging.getLogger("harness.node.dra")
 
 CHECKPOINT_VERSION: Final = "fakedev.node/dra-v1"
-
-
-class PrepareError(HarnessError):
-    """The pod cannot start yet; the message is what the kubelet would put in a FailedPrepareDynamicResources event."""
-
-
-class CheckpointCorruptError(HarnessError):
-    """The emulator's DRA checkpoint failed its checksum."""
 
 
 @dataclass(kw_only=True)

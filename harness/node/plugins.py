@@ -19,9 +19,10 @@ from typing import Final
 
 import grpc
 
-from harness.node.dra_client import DraCallError, DraConnection
+from harness.errors import DraCallError, HandshakeError
+from harness.node.dra_client import DraConnection
 from harness.node.inotify import DirectoryWatch
-from harness.node.registration import HandshakeError, Registration, handshake
+from harness.node.registration import Registration, handshake
 from kubeletapi.types import DeviceHealth, Health
 
 log = logging.getLogger("harness.node.plugins")

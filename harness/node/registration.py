@@ -18,7 +18,7 @@ from typing import Final
 import grpc
 from grpc import aio
 
-from harness.errors import HarnessError
+from harness.errors import HandshakeError as HandshakeError
 from kubeletapi import (
     DRA_PLUGIN_TYPE,
     DRA_V1_VERSION,
@@ -35,14 +35,6 @@ NOTIFY_TIMEOUT: Final = 5.0
 KNOWN_DRA_VERSIONS: Final = (DRA_V1_VERSION, DRA_V1BETA1_VERSION)
 KNOWN_HEALTH_VERSIONS: Final = (HEALTH_V1_VERSION, HEALTH_V1ALPHA1_VERSION)
 """The 1.37 kubelet prefers health v1 and falls back to v1alpha1."""
-
-
-class HandshakeError(HarnessError):
-    """A registration attempt failed; ``notified`` says whether the plugin was told why."""
-
-    def __init__(self, message: str, *, notified: bool) -> None:
-        super().__init__(message)
-        self.notified = notified
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,12 +20,13 @@ from harness.cluster.config import DRA_FEATURE_GATES, RUNTIME_CONFIG, ClusterSet
 from harness.cluster.local import LocalCluster, local_cluster
 from harness.drills.report import render_html
 from harness.drills.runner import DrillResult, run_drills
-from harness.drills.scenario import Scenario, ScenarioError, load_scenario, parse_scenario
+from harness.drills.scenario import Scenario, load_scenario, parse_scenario
+from harness.errors import ScenarioError
 
 pytestmark = [pytest.mark.cluster, pytest.mark.privileged, pytest.mark.slow]
 
 
-def _run(cluster: LocalCluster, scenario: Scenario) -> DrillResult:
+def _run_drill(cluster: LocalCluster, scenario: Scenario) -> DrillResult:
     (result,) = run_drills(
         [scenario],
         client=cluster.client,
@@ -41,7 +42,7 @@ ALL = drill_set("all")
 
 @pytest.mark.parametrize("name", ALL, ids=ALL)
 def test_shipped_drill_passes(local_cluster: LocalCluster, name: str) -> None:
-    result = _run(local_cluster, load_scenario(shipped_scenario(name)))
+    result = _run_drill(local_cluster, load_scenario(shipped_scenario(name)))
     assert result.outcome == "passed", result.message
     assert all(s.outcome == "passed" for s in result.steps)
     assert result.samples, "the sampler recorded nothing"
@@ -90,7 +91,7 @@ def _unreachable(cond: dict[str, object]) -> dict[str, object]:
 @pytest.mark.parametrize("name", ALL, ids=ALL)
 def test_drill_fails_when_its_expectation_is_broken(local_cluster: LocalCluster, name: str) -> None:
     variant, target = broken_variant(load_scenario(shipped_scenario(name)))
-    result = _run(local_cluster, variant)
+    result = _run_drill(local_cluster, variant)
     step = variant.steps[target]
     assert result.outcome == "failed"
     assert result.message.startswith(f"step {target + 1} (line {step.line}) {step.title!r} failed: ")
@@ -123,9 +124,9 @@ class _Structure(html.parser.HTMLParser):
 
 @pytest.fixture(scope="module")
 def two_results(local_cluster: LocalCluster) -> list[DrillResult]:
-    ok = _run(local_cluster, load_scenario(shipped_scenario("unhealthy-gpu-eviction")))
+    ok = _run_drill(local_cluster, load_scenario(shipped_scenario("unhealthy-gpu-eviction")))
     broken, _ = broken_variant(load_scenario(shipped_scenario("unhealthy-gpu-eviction")))
-    return [ok, _run(local_cluster, broken)]
+    return [ok, _run_drill(local_cluster, broken)]
 
 
 def test_html_report_has_a_section_and_timeline_per_drill(two_results: list[DrillResult]) -> None:
@@ -232,7 +233,7 @@ def test_a_drill_needing_an_unknown_gate_is_refused(local_cluster: LocalCluster)
         "featureGates: [DRAPartitionableDevices]", "featureGates: [DRAPartitionableDevices, DRATeleport]"
     )
     scenario = parse_scenario(text, source=str(shipped_scenario("matrix/partitionable-full-vs-mig")))
-    result = _run(local_cluster, scenario)
+    result = _run_drill(local_cluster, scenario)
     assert result.outcome == "blocked"
     assert result.message == "refused: the cluster lacks feature gate DRATeleport (unknown to this kube-apiserver)"
     assert result.steps == []

@@ -22,6 +22,7 @@ from harness.node.drivers import DriverContext, render_driver_argv
 from harness.procs import wait_for
 from kubeclient import KubeClient
 from kubeclient.resources import DEVICE_CLASSES, RESOURCE_SLICES
+from tests.helpers import EXAMPLE_DRIVER, device_class_body, driver_is
 
 FAKEDEV = Path(sys.executable).parent / "fakedev"
 
@@ -167,18 +168,10 @@ def emulated_node(kube: KubeClient, unique_name: str, node_heartbeats: NodeHeart
 def device_class(kube: KubeClient, unique_name: str) -> Iterator[Callable[..., str]]:
     created: list[str] = []
 
-    def make(*, driver: str = "gpu.example.com", expression: str | None = None, suffix: str = "") -> str:
+    def make(*, driver: str = EXAMPLE_DRIVER, expression: str | None = None, suffix: str = "") -> str:
         name = f"{unique_name}{suffix}"
-        cel = expression or f'device.driver == "{driver}"'
-        kube.create(
-            DEVICE_CLASSES,
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "DeviceClass",
-                "metadata": {"name": name},
-                "spec": {"selectors": [{"cel": {"expression": cel}}]},
-            },
-        )
+        cel = expression or driver_is(driver)
+        kube.create(DEVICE_CLASSES, device_class_body(name=name, expression=cel))
         created.append(name)
         return name
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.procs import reap, tagged_pids, wait_for
+from harness.procs import RUN_ID_FILE, read_run_id, reap, tagged_pids, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -54,7 +54,8 @@ def test_cli_up_env_down(tmp_path: Path) -> None:
         check=True,
     )
     assert "namespace/default" in nodes.stdout.split()
-    run_id = Path(kubeconfig).parent.name.rsplit("-", 1)[-1]
+    run_id = read_run_id(Path(kubeconfig).parent)
+    assert run_id is not None
     assert len(tagged_pids(run_id)) == 4  # etcd, apiserver, scheduler, controller-manager
 
     down = _fakedev("cluster", "down", "--name", "cli-test", "--state-dir", str(state))
@@ -107,8 +108,9 @@ def test_reaper_spares_a_run_directory_still_being_set_up(tmp_path: Path) -> Non
     """A run directory exists for a moment before its owner locks it; only an old lock-less one is abandoned."""
     young = tmp_path / "fakedev-probe-0young0"
     old = tmp_path / "fakedev-probe-00old000"
-    young.mkdir()
-    old.mkdir()
+    for path, run_id in ((young, "0young0"), (old, "00old000")):
+        path.mkdir()
+        (path / RUN_ID_FILE).write_text(run_id)
     os.utime(old, (0, 0))
     assert reap(base=tmp_path) == ["00old000"]
     assert young.exists() and not old.exists()

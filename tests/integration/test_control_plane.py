@@ -7,16 +7,15 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from harness.cluster.config import DRA_FEATURE_GATES
 from harness.cluster.local import LocalCluster
 from harness.cluster.nodes import NodeHeartbeats, delete_node, register_node
+from harness.drills.requirements import cluster_gates
 from harness.kube.manifests import apply_objects, load_manifest_file
 from harness.kube.waits import wait_object
-from kubeclient.client import JsonObj, KubeClient
+from kubeclient.client import KubeClient
 from kubeclient.resources import (
     DEVICE_CLASSES,
     DEVICE_TAINT_RULES,
@@ -25,6 +24,7 @@ from kubeclient.resources import (
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
 )
+from tests.helpers import example_slice_body, pod_body
 
 pytestmark = pytest.mark.cluster
 
@@ -45,71 +45,16 @@ def _kubectl(cluster: LocalCluster, *args: str) -> str:
     return done.stdout
 
 
-def _example_slice(*, node: str, driver: str = "gpu.example.com", count: int = 2) -> JsonObj:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{node}-example"},
-        "spec": {
-            "driver": driver,
-            "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": [
-                {
-                    "name": f"gpu-{i}",
-                    "attributes": {"index": {"int": i}, "model": {"string": "LATEST-GPU-MODEL"}},
-                    "capacity": {"memory": {"value": "80Gi"}},
-                }
-                for i in range(count)
-            ],
-        },
-    }
-
-
 @pytest.fixture
 def example_node(kube: KubeClient, unique_name: str, node_heartbeats: NodeHeartbeats) -> Iterator[str]:
     """An emulated Node with a hand-written slice of two gpu.example.com devices."""
     register_node(kube, name=unique_name)
     node_heartbeats.add(unique_name)
-    kube.create(RESOURCE_SLICES, _example_slice(node=unique_name))
+    kube.create(RESOURCE_SLICES, example_slice_body(node=unique_name))
     yield unique_name
     node_heartbeats.discard(unique_name)
     kube.delete(RESOURCE_SLICES, f"{unique_name}-example")
     delete_node(kube, name=unique_name)
-
-
-@pytest.fixture
-def example_class(kube: KubeClient, unique_name: str) -> Iterator[str]:
-    body = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": unique_name},
-        "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.example.com"'}}]},
-    }
-    kube.create(DEVICE_CLASSES, body)
-    yield unique_name
-    kube.delete(DEVICE_CLASSES, unique_name)
-
-
-def _pod(*, name: str, node: str, claims: list[dict[str, Any]]) -> JsonObj:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "restartPolicy": "Never",
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "resourceClaims": claims,
-            "containers": [
-                {
-                    "name": "c",
-                    "image": "busybox:1.36",
-                    "command": ["sh", "-c", "sleep 3600"],
-                    "resources": {"claims": [{"name": c["name"]} for c in claims]},
-                }
-            ],
-        },
-    }
 
 
 def test_api_resources_lists_every_dra_kind(local_cluster: LocalCluster) -> None:
@@ -132,11 +77,38 @@ def test_server_reports_release_version(local_cluster: LocalCluster) -> None:
     assert '"gitVersion": "v1.37.2"' in body
 
 
-def test_every_dra_feature_gate_is_enabled(local_cluster: LocalCluster) -> None:
-    status, metrics = local_cluster.client.get_text("/metrics")
-    assert status == 200
-    enabled = dict(re.findall(r'kubernetes_feature_enabled\{name="(\w+)",stage="\w*"\} (\d)', metrics))
-    assert {gate: enabled.get(gate) for gate in DRA_FEATURE_GATES} == dict.fromkeys(DRA_FEATURE_GATES, "1")
+DRA_RELATED_GATES = (
+    "ResourceHealthStatus",
+    "ResourceHealthStatusMessage",
+    "GenericWorkload",
+    "SchedulerPreQueueingHints",
+)
+"""Gates DRA features need whose names do not say DRA (device health in pod status, PodGroups for workload claims,
+queueing hints for pods waiting on devices)."""
+
+_OFFERED_GATE = re.compile(r"^\s+(?:\w+:)?(?P<name>\w+)=true\|false \((?P<stage>ALPHA|BETA) ", re.MULTILINE)
+
+
+def _settable_gates(binary: str) -> set[str]:
+    """The gates ``--feature-gates`` offers in the binary's ``--help`` (alpha and beta: GA gates are not offered)."""
+    done = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=60, check=False)
+    text = done.stdout + done.stderr
+    assert "--feature-gates" in text, f"{binary} --help has no --feature-gates flag:\n{text[-500:]}"
+    # The flag's help runs until the next flag.
+    section = re.split(r"\n\s+--", text.split("--feature-gates", 1)[1], maxsplit=1)[0]
+    return {m["name"] for m in _OFFERED_GATE.finditer(section)}
+
+
+def test_every_dra_feature_gate_the_apiserver_offers_is_enabled(local_cluster: LocalCluster) -> None:
+    """Compared with the built binary's own list, so a gate our config forgot (or a new one) is caught."""
+    offered = _settable_gates(local_cluster.processes["kube-apiserver"].argv[0])
+    dra = sorted(g for g in offered if "DRA" in g or "DynamicResource" in g or g in DRA_RELATED_GATES)
+    assert dra, f"kube-apiserver --help lists no DRA gate among {sorted(offered)}"
+
+    gates = cluster_gates(local_cluster.client)
+
+    assert gates, "kube-apiserver /metrics reports no feature gates"
+    assert {g: gates[g].enabled if g in gates else "not reported" for g in dra} == dict.fromkeys(dra, True)
 
 
 def test_seed_extended_resource_pod_is_allocated_through_dra(
@@ -190,7 +162,7 @@ def test_claim_template_is_instantiated_by_the_resourceclaim_controller(
     kube.create(RESOURCE_CLAIM_TEMPLATES, template, namespace=test_namespace)
     kube.create(
         PODS,
-        _pod(name="templated", node=example_node, claims=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]),
+        pod_body(name="templated", node=example_node, templates={"gpu": "one-gpu"}),
         namespace=test_namespace,
     )
     pod = wait_object(
@@ -227,7 +199,7 @@ def test_noexecute_taint_rule_makes_the_eviction_controller_delete_the_pod(
     kube.create(RESOURCE_CLAIMS, claim, namespace=test_namespace)
     kube.create(
         PODS,
-        _pod(name="victim", node=example_node, claims=[{"name": "gpu", "resourceClaimName": "gpu"}]),
+        pod_body(name="victim", node=example_node, claims={"gpu": "gpu"}),
         namespace=test_namespace,
     )
     allocated = wait_object(

@@ -7,7 +7,7 @@ import os
 import signal
 import stat
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,10 +27,9 @@ from harness.node.registration import handshake
 from harness.procs import wait_for
 from harness.runtime.oci import render_container_spec
 from kubeclient import JsonObj, KubeClient
-from kubeclient.resources import RESOURCE_SLICES
 from kubeletapi import DRA_V1_VERSION, DRA_V1BETA1_VERSION
 from kubeletapi.types import ClaimRef, PrepareResult
-from tests.helpers import allocated_claim, claim_body
+from tests.helpers import allocated_claim, claim_body, claim_ref, node_slices
 
 # All tests share one worker under --dist loadgroup, so the binary is built (when missing) by one process only.
 pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group(name="dra-example-driver")]
@@ -99,20 +98,6 @@ def example_driver(
                 popen.wait()
 
 
-@pytest.fixture
-def example_class(device_class: Callable[..., str]) -> str:
-    return device_class(driver=DRIVER_NAME)
-
-
-def _slices(kube: KubeClient, node: str) -> list[JsonObj]:
-    return kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={node}")
-
-
-def _ref(claim: JsonObj) -> ClaimRef:
-    m = claim["metadata"]
-    return ClaimRef(uid=m["uid"], namespace=m["namespace"], name=m["name"])
-
-
 def _prepare(driver: RunningDriver, ref: ClaimRef, *, version: str) -> PrepareResult:
     async def call() -> dict[str, PrepareResult]:
         conn = DraConnection(endpoint=driver.layout.dra_socket)
@@ -153,8 +138,8 @@ def test_registers_through_the_kubelet_handshake(example_driver: RunningDriver) 
 
 
 def test_publishes_a_node_owned_slice_for_the_emulated_node(example_driver: RunningDriver, kube: KubeClient) -> None:
-    wait_for(lambda: bool(_slices(kube, example_driver.node)), timeout=30, what="the driver's ResourceSlice")
-    (s,) = _slices(kube, example_driver.node)
+    wait_for(lambda: bool(node_slices(kube, example_driver.node)), timeout=30, what="the driver's ResourceSlice")
+    (s,) = node_slices(kube, example_driver.node)
     owner = s["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"]) == ("Node", example_driver.node)
     assert s["spec"]["driver"] == DRIVER_NAME
@@ -168,7 +153,7 @@ def test_prepare_returns_the_allocated_device_with_its_cdi_ids(
     example_driver: RunningDriver, example_class: str, kube: KubeClient, test_namespace: str, version: str
 ) -> None:
     claim = _allocated(kube, example_driver, test_namespace, example_class)
-    ref = _ref(claim)
+    ref = claim_ref(claim)
     (allocated,) = claim["status"]["allocation"]["devices"]["results"]
     result = _prepare(example_driver, ref, version=version)
     assert result.error == ""
@@ -180,7 +165,7 @@ def test_prepare_returns_the_allocated_device_with_its_cdi_ids(
 def test_prepared_cdi_specs_load_and_inject_the_device_env(
     example_driver: RunningDriver, example_class: str, kube: KubeClient, test_namespace: str
 ) -> None:
-    ref = _ref(_allocated(kube, example_driver, test_namespace, example_class))
+    ref = claim_ref(_allocated(kube, example_driver, test_namespace, example_class))
     (device,) = _prepare(example_driver, ref, version=DRA_V1_VERSION).devices
     registry = cdi.load_registry(spec_dirs=[example_driver.layout.cdi_dir])
     assert not registry.errors and not registry.conflicts
@@ -197,7 +182,7 @@ def test_prepared_cdi_specs_load_and_inject_the_device_env(
 def test_unprepare_removes_the_claims_cdi_spec_only(
     example_driver: RunningDriver, example_class: str, kube: KubeClient, test_namespace: str
 ) -> None:
-    ref = _ref(_allocated(kube, example_driver, test_namespace, example_class))
+    ref = claim_ref(_allocated(kube, example_driver, test_namespace, example_class))
     _prepare(example_driver, ref, version=DRA_V1_VERSION)
     assert example_driver.layout.claim_cdi_spec(ref.uid).is_file()
     assert _unprepare(example_driver, ref) == {ref.uid: ""}
@@ -206,7 +191,7 @@ def test_unprepare_removes_the_claims_cdi_spec_only(
 
 def test_sigterm_removes_both_sockets(example_driver: RunningDriver, kube: KubeClient) -> None:
     # A SIGTERM while the slice informer is still syncing exits 1, so stop it once it is fully up.
-    wait_for(lambda: bool(_slices(kube, example_driver.node)), timeout=30, what="the driver's ResourceSlice")
+    wait_for(lambda: bool(node_slices(kube, example_driver.node)), timeout=30, what="the driver's ResourceSlice")
     example_driver.popen.send_signal(signal.SIGTERM)
     assert example_driver.popen.wait(timeout=20) == 0
     assert not example_driver.layout.registration_socket.exists()

@@ -16,7 +16,8 @@ import pytest
 
 import cdi
 from fakedev.plugin.calls import read_calls
-from harness.node.dra_client import DraCallError, DraConnection
+from harness.errors import DraCallError
+from harness.node.dra_client import DraConnection
 from harness.node.registration import handshake
 from harness.procs import wait_for
 from harness.runtime.oci import render_container_spec
@@ -26,16 +27,12 @@ from kubeletapi import DRA_V1_VERSION, DRA_V1BETA1_VERSION, HEALTH_V1_VERSION
 from kubeletapi import dra_v1_pb2 as v1
 from kubeletapi import dra_v1_pb2_grpc as v1_grpc
 from kubeletapi.types import ClaimRef
-from tests.helpers import allocated_claim, claim_body
+from tests.helpers import allocated_claim, claim_body, claim_ref, next_report
 from tests.integration.conftest import PluginProcess
 
 pytestmark = pytest.mark.cluster
 
 METADATA_ROOT = "/var/run/kubernetes.io/dra-device-attributes"
-
-
-def _run(coro: Any) -> Any:
-    return asyncio.run(coro)
 
 
 async def _prepare(plugin: PluginProcess, refs: list[ClaimRef], *, version: str = DRA_V1_VERSION) -> Any:
@@ -54,11 +51,6 @@ async def _unprepare(plugin: PluginProcess, refs: list[ClaimRef], *, version: st
         await conn.close()
 
 
-def _ref(claim: dict[str, Any]) -> ClaimRef:
-    m = claim["metadata"]
-    return ClaimRef(uid=m["uid"], namespace=m["namespace"], name=m["name"])
-
-
 def _files(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()) if root.exists() else []
 
@@ -68,13 +60,8 @@ def example_plugin(plugin_factory: Callable[..., PluginProcess], emulated_node: 
     return plugin_factory(node=emulated_node)
 
 
-@pytest.fixture
-def example_class(device_class: Callable[..., str]) -> str:
-    return device_class(driver="gpu.example.com")
-
-
 def test_registers_the_way_the_kubelet_expects(example_plugin: PluginProcess) -> None:
-    reg = _run(handshake(example_plugin.registration_socket, registered=[]))
+    reg = asyncio.run(handshake(example_plugin.registration_socket, registered=[]))
     assert reg.driver == "gpu.example.com"
     assert reg.endpoint == example_plugin.dra_socket
     assert reg.dra_version == DRA_V1_VERSION
@@ -99,7 +86,7 @@ def test_sockets_are_private_and_stale_ones_are_replaced(
         assert stat.S_ISSOCK(sock.stat().st_mode)
         assert stat.S_IMODE(sock.stat().st_mode) == 0o600
         assert stat.S_IMODE(sock.parent.stat().st_mode) == 0o750
-    assert _run(handshake(plugin.registration_socket, registered=[])).driver == "gpu.example.com"
+    assert asyncio.run(handshake(plugin.registration_socket, registered=[])).driver == "gpu.example.com"
 
 
 def test_slices_are_owned_by_the_node(example_plugin: PluginProcess, kube: KubeClient) -> None:
@@ -125,17 +112,17 @@ def test_prepare_is_idempotent_and_unprepare_twice_succeeds(
         claim=claim_body(name="c", device_class=example_class),
         pod="p",
     )
-    ref = _ref(claim)
-    first = _run(_prepare(example_plugin, [ref]))
-    second = _run(_prepare(example_plugin, [ref]))
+    ref = claim_ref(claim)
+    first = asyncio.run(_prepare(example_plugin, [ref]))
+    second = asyncio.run(_prepare(example_plugin, [ref]))
     assert first == second
     (device,) = first[ref.uid].devices
     assert device.cdi_device_ids == (
         f"k8s.gpu.example.com/device={ref.uid}-{device.device}",
         f"gpu.example.com/metadata={ref.uid}_gpu",
     )
-    assert _run(_unprepare(example_plugin, [ref])) == {ref.uid: ""}
-    assert _run(_unprepare(example_plugin, [ref])) == {ref.uid: ""}
+    assert asyncio.run(_unprepare(example_plugin, [ref])) == {ref.uid: ""}
+    assert asyncio.run(_unprepare(example_plugin, [ref])) == {ref.uid: ""}
     assert _files(example_plugin.cdi_dir) == []
     assert _files(example_plugin.plugin_dir / "dra-device-metadata") == []
 
@@ -150,12 +137,12 @@ def test_v1beta1_calls_work(
         claim=claim_body(name="c", device_class=example_class),
         pod="p",
     )
-    ref = _ref(claim)
-    result = _run(_prepare(example_plugin, [ref], version=DRA_V1BETA1_VERSION))[ref.uid]
+    ref = claim_ref(claim)
+    result = asyncio.run(_prepare(example_plugin, [ref], version=DRA_V1BETA1_VERSION))[ref.uid]
     assert result.error == ""
     assert result.devices[0].share_id is None
     assert len(result.devices[0].cdi_device_ids) == 2
-    assert _run(_unprepare(example_plugin, [ref], version=DRA_V1BETA1_VERSION)) == {ref.uid: ""}
+    assert asyncio.run(_unprepare(example_plugin, [ref], version=DRA_V1BETA1_VERSION)) == {ref.uid: ""}
 
 
 def test_claim_status_is_ready_and_owned_by_the_driver(
@@ -168,8 +155,8 @@ def test_claim_status_is_ready_and_owned_by_the_driver(
         claim=claim_body(name="c", device_class=example_class),
         pod="p",
     )
-    ref = _ref(claim)
-    _run(_prepare(example_plugin, [ref]))
+    ref = claim_ref(claim)
+    asyncio.run(_prepare(example_plugin, [ref]))
     stored = kube.get(RESOURCE_CLAIMS, "c", namespace=test_namespace)
     (result,) = stored["status"]["allocation"]["devices"]["results"]
     (entry,) = stored["status"]["devices"]
@@ -177,7 +164,7 @@ def test_claim_status_is_ready_and_owned_by_the_driver(
     assert entry["conditions"][0]["type"] == "Ready" and entry["conditions"][0]["status"] == "True"
     managers = {m["manager"] for m in stored["metadata"]["managedFields"] if m.get("subresource") == "status"}
     assert "fakedev/gpu.example.com" in managers
-    _run(_unprepare(example_plugin, [ref]))
+    asyncio.run(_unprepare(example_plugin, [ref]))
     assert "devices" not in kube.get(RESOURCE_CLAIMS, "c", namespace=test_namespace)["status"]
 
 
@@ -191,8 +178,8 @@ def test_cdi_specs_are_valid_and_inject_env_and_metadata_mount(
         claim=claim_body(name="direct", device_class=example_class),
         pod="p",
     )
-    ref = _ref(claim)
-    (device,) = _run(_prepare(example_plugin, [ref]))[ref.uid].devices
+    ref = claim_ref(claim)
+    (device,) = asyncio.run(_prepare(example_plugin, [ref]))[ref.uid].devices
     registry = cdi.load_registry(spec_dirs=[example_plugin.cdi_dir])
     assert not registry.errors and not registry.conflicts
     for loaded in cdi.scan_spec_dirs(spec_dirs=[example_plugin.cdi_dir]).specs:
@@ -253,8 +240,8 @@ def test_template_claims_use_the_pod_claim_name_path(
 
     wait_for(reserved, timeout=30, what="template claim allocated")
     (claim,) = kube.list(RESOURCE_CLAIMS, namespace=test_namespace)
-    ref = _ref(claim)
-    _run(_prepare(example_plugin, [ref]))
+    ref = claim_ref(claim)
+    asyncio.run(_prepare(example_plugin, [ref]))
     spec = json.loads((example_plugin.cdi_dir / f"gpu.example.com_metadata_{ref.uid}_gpu.json").read_text())
     (mount,) = spec["devices"][0]["containerEdits"]["mounts"]
     assert mount["containerPath"] == f"{METADATA_ROOT}/resourceclaimtemplates/accel/gpu/gpu.example.com-metadata.json"
@@ -272,11 +259,11 @@ def test_rewrite_after_volatile_state_loss_bumps_generation(
         claim=claim_body(name="c", device_class=example_class),
         pod="p",
     )
-    ref = _ref(claim)
-    _run(_prepare(example_plugin, [ref]))
+    ref = claim_ref(claim)
+    asyncio.run(_prepare(example_plugin, [ref]))
     for f in example_plugin.cdi_dir.iterdir():  # a node reboot empties /var/run/cdi
         f.unlink()
-    _run(_prepare(example_plugin, [ref]))
+    asyncio.run(_prepare(example_plugin, [ref]))
     host = next((example_plugin.plugin_dir / "dra-device-metadata").rglob("metadata.json"))
     assert json.loads(host.read_text().splitlines()[0])["metadata"]["generation"] == 2
     assert len(list(example_plugin.cdi_dir.iterdir())) == 2
@@ -292,12 +279,12 @@ def test_kill_between_prepare_and_unprepare_leaves_nothing_after_restart(
         claim=claim_body(name="c", device_class=example_class),
         pod="p",
     )
-    ref = _ref(claim)
-    before = _run(_prepare(example_plugin, [ref]))
+    ref = claim_ref(claim)
+    before = asyncio.run(_prepare(example_plugin, [ref]))
     example_plugin.kill(signal.SIGKILL)
     example_plugin.start()
-    assert _run(_prepare(example_plugin, [ref])) == before  # rebuilt from the checkpoint
-    assert _run(_unprepare(example_plugin, [ref])) == {ref.uid: ""}
+    assert asyncio.run(_prepare(example_plugin, [ref])) == before  # rebuilt from the checkpoint
+    assert asyncio.run(_unprepare(example_plugin, [ref])) == {ref.uid: ""}
     assert _files(example_plugin.cdi_dir) == []
     assert _files(example_plugin.plugin_dir / "dra-device-metadata") == []
     assert json.loads(example_plugin.checkpoint.read_text())["claims"] == {}
@@ -328,16 +315,16 @@ def test_malformed_calls_get_clear_errors_and_the_plugin_keeps_serving(
             )
 
     with pytest.raises(grpc.RpcError) as empty:
-        _run(raw([v1.Claim(namespace="default", uid="", name="x")]))
+        asyncio.run(raw([v1.Claim(namespace="default", uid="", name="x")]))
     assert empty.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     with pytest.raises(grpc.RpcError) as huge:
-        _run(raw([v1.Claim(namespace="default", uid=f"u{i}", name="x") for i in range(10_000)]))
+        asyncio.run(raw([v1.Claim(namespace="default", uid=f"u{i}", name="x") for i in range(10_000)]))
     assert huge.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "10000 claims" in (huge.value.details() or "")
 
-    bad_names = _run(raw([v1.Claim(namespace="../../etc", uid="u1", name="../x")]))
+    bad_names = asyncio.run(raw([v1.Claim(namespace="../../etc", uid="u1", name="../x")]))
     assert "not a valid namespace name" in bad_names.claims["u1"].error
-    missing = _run(raw([v1.Claim(namespace=test_namespace, uid="u2", name="nope")]))
+    missing = asyncio.run(raw([v1.Claim(namespace=test_namespace, uid="u2", name="nope")]))
     assert "404" in missing.claims["u2"].error
 
     # An allocation naming a device this node never published.
@@ -353,7 +340,7 @@ def test_malformed_calls_get_clear_errors_and_the_plugin_keeps_serving(
         }
     }
     kube.replace(RESOURCE_CLAIMS, ghost, namespace=test_namespace, subresource="status")
-    unknown = _run(_prepare(example_plugin, [_ref(ghost)]))[ghost["metadata"]["uid"]]
+    unknown = asyncio.run(_prepare(example_plugin, [claim_ref(ghost)]))[ghost["metadata"]["uid"]]
     assert "device gpu-99 of pool" in unknown.error and "is not published" in unknown.error
 
     config = [
@@ -375,7 +362,7 @@ def test_malformed_calls_get_clear_errors_and_the_plugin_keeps_serving(
         claim=claim_body(name="badcfg", device_class=example_class, config=config),
         pod="p",
     )
-    bad = _run(_prepare(example_plugin, [_ref(claim)]))[claim["metadata"]["uid"]]
+    bad = asyncio.run(_prepare(example_plugin, [claim_ref(claim)]))[claim["metadata"]["uid"]]
     assert "config[0].opaque.parameters.sharing.timeSlicingConfig.interval" in bad.error
 
     # Nothing escaped the configured roots, nothing was left by the failures, and the plugin still serves.
@@ -388,7 +375,7 @@ def test_malformed_calls_get_clear_errors_and_the_plugin_keeps_serving(
         claim=claim_body(name="good", device_class=example_class),
         pod="q",
     )
-    assert _run(_prepare(example_plugin, [_ref(good)]))[good["metadata"]["uid"]].error == ""
+    assert asyncio.run(_prepare(example_plugin, [claim_ref(good)]))[good["metadata"]["uid"]].error == ""
 
 
 def test_opaque_sharing_config_reaches_the_container_env(
@@ -413,8 +400,8 @@ def test_opaque_sharing_config_reaches_the_container_env(
         claim=claim_body(name="ts", device_class=example_class, config=config),
         pod="p",
     )
-    ref = _ref(claim)
-    result = _run(_prepare(example_plugin, [ref]))[ref.uid]
+    ref = claim_ref(claim)
+    result = asyncio.run(_prepare(example_plugin, [ref]))[ref.uid]
     assert result.error == ""
     (device,) = result.devices
     registry = cdi.load_registry(spec_dirs=[example_plugin.cdi_dir])
@@ -438,14 +425,14 @@ def test_one_connection_carries_dra_and_health(
     async def scenario() -> tuple[int, int]:
         conn = DraConnection(endpoint=example_plugin.dra_socket)
         stream = conn.watch_health(version=HEALTH_V1_VERSION)
-        first = await anext(stream)
-        await conn.prepare([_ref(claim)], version=DRA_V1_VERSION)
+        first = await next_report(stream, what="first health report")
+        await conn.prepare([claim_ref(claim)], version=DRA_V1_VERSION)
         accepted = _accepted_connections(example_plugin.dra_socket)
         await stream.aclose()
         await conn.close()
         return len(first), accepted
 
-    devices, accepted = _run(scenario())
+    devices, accepted = asyncio.run(scenario())
     assert devices == 8
     assert accepted == 1
 
@@ -489,14 +476,14 @@ def test_rolling_update_instances_have_their_own_sockets_and_serialize(
         async def blocked() -> None:
             conn = DraConnection(endpoint=new.dra_socket)
             try:
-                await conn.prepare([_ref(claim)], version=DRA_V1_VERSION, timeout=1.0)
+                await conn.prepare([claim_ref(claim)], version=DRA_V1_VERSION, timeout=1.0)
             finally:
                 await conn.close()
 
         with pytest.raises(DraCallError) as exc:
-            _run(blocked())
+            asyncio.run(blocked())
         assert exc.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
-    result = _run(_prepare(new, [_ref(claim)]))
+    result = asyncio.run(_prepare(new, [claim_ref(claim)]))
     assert result[claim["metadata"]["uid"]].error == ""
 
 
@@ -510,10 +497,10 @@ def test_refused_registration_is_logged_and_the_plugin_keeps_serving(example_plu
                 reg_pb.RegistrationStatus(plugin_registered=False, error="test says no"), timeout=5
             )
 
-    _run(refuse())
+    asyncio.run(refuse())
     wait_for(lambda: "test says no" in example_plugin.log(), timeout=5, what="refusal logged")
     assert example_plugin.alive()
-    assert _run(handshake(example_plugin.registration_socket, registered=[])).driver == "gpu.example.com"
+    assert asyncio.run(handshake(example_plugin.registration_socket, registered=[])).driver == "gpu.example.com"
     assert os.access(example_plugin.dra_socket, os.F_OK)
 
 
@@ -527,8 +514,8 @@ def test_unprepare_works_after_the_claim_is_gone_from_the_api(
         claim=claim_body(name="c", device_class=example_class),
         pod="p",
     )
-    ref = _ref(claim)
-    _run(_prepare(example_plugin, [ref]))
+    ref = claim_ref(claim)
+    asyncio.run(_prepare(example_plugin, [ref]))
     kube.delete(PODS, "p", namespace=test_namespace, grace_seconds=0)
     kube.delete(RESOURCE_CLAIMS, "c", namespace=test_namespace)
     wait_for(
@@ -536,7 +523,7 @@ def test_unprepare_works_after_the_claim_is_gone_from_the_api(
         timeout=30,
         what="claim deleted",
     )
-    assert _run(_unprepare(example_plugin, [ref])) == {ref.uid: ""}
+    assert asyncio.run(_unprepare(example_plugin, [ref])) == {ref.uid: ""}
     assert _files(example_plugin.cdi_dir) == []
     assert _files(example_plugin.plugin_dir / "dra-device-metadata") == []
 
@@ -556,7 +543,7 @@ def test_record_calls_writes_one_line_per_grpc_call_in_order(
         conn = DraConnection(endpoint=plugin.dra_socket)
         try:
             stream = conn.watch_health(version=HEALTH_V1_VERSION)
-            await asyncio.wait_for(anext(stream), 10)
+            await next_report(stream, what="first health report")
             await stream.aclose()
             answer = await conn.prepare(refs, version=DRA_V1_VERSION)  # claims that do not exist: per-claim errors
             assert all(r.error for r in answer.values())
@@ -564,7 +551,7 @@ def test_record_calls_writes_one_line_per_grpc_call_in_order(
         finally:
             await conn.close()
 
-    _run(session())
+    asyncio.run(session())
     wait_for(lambda: len(read_calls(records)) >= 6, timeout=10, what="six records")
     seen = [(r["method"], r["event"], r.get("claims"), r.get("code")) for r in read_calls(records)]
     ended = ("NodeWatchResources", "ended", None, "CANCELLED")  # whenever the server noticed the client's close

@@ -21,8 +21,8 @@ from harness.runtime.oci import render_container_spec
 from kubeclient import KubeClient
 from kubeclient.resources import RESOURCE_SLICES
 from kubeletapi import DRA_V1_VERSION, HEALTH_V1_VERSION
-from kubeletapi.types import ClaimRef, DeviceHealth, Health
-from tests.helpers import allocated_claim, claim_body
+from kubeletapi.types import DeviceHealth, Health
+from tests.helpers import allocated_claim, claim_body, claim_ref, next_report
 from tests.integration.conftest import PluginProcess
 
 pytestmark = pytest.mark.cluster
@@ -41,12 +41,9 @@ def _fault(plugin: PluginProcess, *args: str) -> dict[str, Any]:
     return answer
 
 
-def _ref(claim: dict[str, Any]) -> ClaimRef:
-    m = claim["metadata"]
-    return ClaimRef(uid=m["uid"], namespace=m["namespace"], name=m["name"])
-
-
-def _slices(kube: KubeClient, node: str, predicate: Callable[[list[dict[str, Any]]], bool]) -> list[dict[str, Any]]:
+def _wait_slices(
+    kube: KubeClient, node: str, predicate: Callable[[list[dict[str, Any]]], bool]
+) -> list[dict[str, Any]]:
     return wait_list(
         kube, RESOURCE_SLICES, field_selector=f"spec.nodeName={node}", predicate=predicate, timeout=20, what="slices"
     )
@@ -56,21 +53,21 @@ def test_health_stream_sends_a_full_report_then_each_change(
     plugin_factory: Callable[..., PluginProcess], emulated_node: str, kube: KubeClient
 ) -> None:
     plugin = plugin_factory(node=emulated_node)
-    _slices(kube, emulated_node, lambda s: len(s) == 1)
+    _wait_slices(kube, emulated_node, lambda s: len(s) == 1)
 
     async def scenario() -> list[list[DeviceHealth]]:
         conn = DraConnection(endpoint=plugin.dra_socket)
         stream = conn.watch_health(version=HEALTH_V1_VERSION)
-        reports = [await anext(stream)]
+        reports = [await next_report(stream, what="first health report (every device)")]
         answer = await asyncio.to_thread(
             _fault, plugin, "health", "gpu-3", "--state", "Unhealthy", "--message", "XID 79", "--taint", "NoExecute"
         )
         assert answer["ok"], answer
-        reports.append(await anext(stream))
+        reports.append(await next_report(stream, what="health report of gpu-3 turning Unhealthy"))
         # Republishing coalesces changes, so see the taint land before lifting it.
-        await asyncio.to_thread(_slices, kube, emulated_node, lambda s: s[0]["spec"]["pool"]["generation"] == 2)
+        await asyncio.to_thread(_wait_slices, kube, emulated_node, lambda s: s[0]["spec"]["pool"]["generation"] == 2)
         await asyncio.to_thread(_fault, plugin, "health", "gpu-3", "--state", "Healthy")
-        reports.append(await anext(stream))
+        reports.append(await next_report(stream, what="health report of gpu-3 turning Healthy again"))
         await stream.aclose()
         await conn.close()
         return reports
@@ -85,7 +82,7 @@ def test_health_stream_sends_a_full_report_then_each_change(
     assert [(d.device, d.health) for d in well] == [("gpu-3", Health.HEALTHY)]
 
     # The taint came and went with two republishes, each bumping the pool generation.
-    (final,) = _slices(kube, emulated_node, lambda s: s[0]["spec"]["pool"]["generation"] == 3)
+    (final,) = _wait_slices(kube, emulated_node, lambda s: s[0]["spec"]["pool"]["generation"] == 3)
     assert all("taints" not in d for d in final["spec"]["devices"])
 
 
@@ -93,9 +90,9 @@ def test_unhealthy_taint_is_published_in_the_slice(
     plugin_factory: Callable[..., PluginProcess], emulated_node: str, kube: KubeClient
 ) -> None:
     plugin = plugin_factory(node=emulated_node)
-    _slices(kube, emulated_node, lambda s: len(s) == 1)
+    _wait_slices(kube, emulated_node, lambda s: len(s) == 1)
     assert _fault(plugin, "health", "gpu-1", "--state", "Unhealthy", "--message", "ECC", "--taint", "NoSchedule")["ok"]
-    (tainted,) = _slices(kube, emulated_node, lambda s: s[0]["spec"]["pool"]["generation"] == 2)
+    (tainted,) = _wait_slices(kube, emulated_node, lambda s: s[0]["spec"]["pool"]["generation"] == 2)
     taints = {d["name"]: d.get("taints") for d in tainted["spec"]["devices"]}
     assert taints["gpu-1"][0]["key"] == "fakedev.io/unhealthy"
     assert taints["gpu-1"][0]["effect"] == "NoSchedule"
@@ -135,7 +132,7 @@ def test_prepare_fails_n_times_then_succeeds(
         conn = DraConnection(endpoint=plugin.dra_socket)
         errors = []
         for _ in range(3):
-            result = await conn.prepare([_ref(claim)], version=DRA_V1_VERSION)
+            result = await conn.prepare([claim_ref(claim)], version=DRA_V1_VERSION)
             errors.append(result[claim["metadata"]["uid"]].error)
         await conn.close()
         return errors
@@ -158,7 +155,7 @@ def test_mig_device_is_prepared_with_its_uuid_and_nodes(
     claim = allocated_claim(
         kube, namespace=test_namespace, node=emulated_node, claim=claim_body(name="mig", device_class=mig), pod="p"
     )
-    ref = _ref(claim)
+    ref = claim_ref(claim)
 
     async def prepare() -> Any:
         conn = DraConnection(endpoint=plugin.dra_socket)

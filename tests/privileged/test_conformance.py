@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.privileged, pytest.mark.slow]
 FAKEDEV = template_driver(plugin_command(profile="seed-example"))
 
 
-def _run(local_cluster: LocalCluster, driver: DriverSpec, *, only: tuple[str, ...] = ()) -> list[CaseResult]:
+def _run_suite(local_cluster: LocalCluster, driver: DriverSpec, *, only: tuple[str, ...] = ()) -> list[CaseResult]:
     with conformance_context(client=local_cluster.client, kubeconfig=local_cluster.kubeconfig, driver=driver) as ctx:
         return run_checks(ctx, select(only=only), progress=lambda _: None)
 
@@ -35,14 +35,14 @@ def _outcomes(results: list[CaseResult]) -> dict[str, str]:
 
 
 def test_every_check_passes_against_fakedev(local_cluster: LocalCluster) -> None:
-    results = _run(local_cluster, FAKEDEV)
+    results = _run_suite(local_cluster, FAKEDEV)
     assert _outcomes(results) == {c.id: "passed" for c in CATALOG}, [r.message for r in results if r.message]
     assert compute_exit_code(results) == 0
 
 
 def test_example_driver_result_check_by_check(local_cluster: LocalCluster) -> None:
     """sigs.k8s.io/dra-example-driver v0.4.0, as the README reports it."""
-    results = _run(local_cluster, example_driver_spec())
+    results = _run_suite(local_cluster, example_driver_spec())
     expected = {c.id: "passed" for c in CATALOG}
     expected |= {"errors.per-claim": "failed", "metadata.kep5304": "skipped", "status.devices": "skipped"}
     assert _outcomes(results) == expected, [f"{r.id}: {r.message}" for r in results if r.message]
@@ -67,7 +67,7 @@ def test_each_check_is_failed_by_exactly_its_defect(local_cluster: LocalCluster,
             *plugin_arguments(profile="seed-example"),
         )
     )
-    results = _run(local_cluster, driver)
+    results = _run_suite(local_cluster, driver)
     outcomes = _outcomes(results)
     failed = sorted(k for k, v in outcomes.items() if v in ("failed", "error"))
     assert failed == [target], [f"{r.id}: {r.outcome}: {r.message}" for r in results if r.id != target and r.message]

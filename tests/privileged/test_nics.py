@@ -19,6 +19,7 @@ from harness.procs import wait_for
 from kubeclient import KubeClient
 from kubeclient.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from linuxns import netlink
+from tests.helpers import pod_body
 from tests.privileged.conftest import RigFactory
 
 pytestmark = [pytest.mark.cluster, pytest.mark.privileged]
@@ -39,28 +40,6 @@ def _nic_claim(name: str, device_class: str, *, tolerate: bool = False, config: 
     if config:
         spec["devices"]["config"] = [{"requests": ["nic"], "opaque": {"driver": "dra.net", "parameters": config}}]
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name}, "spec": spec}
-
-
-def _pod(name: str, node: str, claim: str, command: str) -> Any:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 1,
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "resourceClaims": [{"name": "net", "resourceClaimName": claim}],
-            "containers": [
-                {
-                    "name": "c",
-                    "image": "busybox",
-                    "command": ["sh", "-c", command],
-                    "resources": {"claims": [{"name": "net"}]},
-                }
-            ],
-        },
-    }
 
 
 def _running(kube: KubeClient, ns: str, name: str) -> Any:
@@ -84,7 +63,17 @@ def test_pod_sees_the_interface_its_claim_status_reports(
     nic_rig: FakeNodeRig, nic_class: str, kube: KubeClient, test_namespace: str
 ) -> None:
     kube.create(RESOURCE_CLAIMS, _nic_claim("c", nic_class), namespace=test_namespace)
-    kube.create(PODS, _pod("p", nic_rig.name, "c", "ip -o link; ip -o addr; sleep 3600"), namespace=test_namespace)
+    kube.create(
+        PODS,
+        pod_body(
+            name="p",
+            node=nic_rig.name,
+            claims={"net": "c"},
+            command="ip -o link; ip -o addr; sleep 3600",
+            grace_seconds=1,
+        ),
+        namespace=test_namespace,
+    )
     assert _running(kube, test_namespace, "p")["status"]["phase"] == "Running"
     worker = nic_rig.node.pod_worker(namespace=test_namespace, name="p")
     assert worker is not None
@@ -120,7 +109,13 @@ def test_configured_name_and_addresses_are_used_and_released(
     kube.create(RESOURCE_CLAIMS, _nic_claim("c", nic_class, config=config), namespace=test_namespace)
     kube.create(
         PODS,
-        _pod("p", nic_rig.name, "c", "ip -o addr show data0; ip -o link show data0; sleep 3600"),
+        pod_body(
+            name="p",
+            node=nic_rig.name,
+            claims={"net": "c"},
+            command="ip -o addr show data0; ip -o link show data0; sleep 3600",
+            grace_seconds=1,
+        ),
         namespace=test_namespace,
     )
     _running(kube, test_namespace, "p")
@@ -149,11 +144,25 @@ def test_two_pods_ping_each_other_over_the_fabric(
     nic_rig: FakeNodeRig, nic_class: str, kube: KubeClient, test_namespace: str
 ) -> None:
     kube.create(RESOURCE_CLAIMS, _nic_claim("server", nic_class), namespace=test_namespace)
-    kube.create(PODS, _pod("server", nic_rig.name, "server", "sleep 3600"), namespace=test_namespace)
+    kube.create(
+        PODS,
+        pod_body(name="server", node=nic_rig.name, claims={"net": "server"}, command="sleep 3600", grace_seconds=1),
+        namespace=test_namespace,
+    )
     _running(kube, test_namespace, "server")
     target = ipaddress.ip_interface(_network(kube, test_namespace, "server")["networkData"]["ips"][0]).ip
     kube.create(RESOURCE_CLAIMS, _nic_claim("client", nic_class), namespace=test_namespace)
-    kube.create(PODS, _pod("client", nic_rig.name, "client", f"ping -c 3 -W 2 {target}"), namespace=test_namespace)
+    kube.create(
+        PODS,
+        pod_body(
+            name="client",
+            node=nic_rig.name,
+            claims={"net": "client"},
+            command=f"ping -c 3 -W 2 {target}",
+            grace_seconds=1,
+        ),
+        namespace=test_namespace,
+    )
     done = wait_object(
         kube,
         PODS,
@@ -175,7 +184,11 @@ def test_hot_unplug_evicts_the_pod_unless_it_tolerates_the_taint(
     assert nic_rig.nics is not None
     for name, tolerate in (("fragile", False), ("tough", True)):
         kube.create(RESOURCE_CLAIMS, _nic_claim(name, nic_class, tolerate=tolerate), namespace=test_namespace)
-        kube.create(PODS, _pod(name, nic_rig.name, name, "sleep 3600"), namespace=test_namespace)
+        kube.create(
+            PODS,
+            pod_body(name=name, node=nic_rig.name, claims={"net": name}, command="sleep 3600", grace_seconds=1),
+            namespace=test_namespace,
+        )
         _running(kube, test_namespace, name)
     slices = kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={nic_rig.name}")
     names = {d["name"]: d["attributes"]["dra.net/ifName"]["string"] for s in slices for d in s["spec"]["devices"]}
@@ -255,7 +268,13 @@ def test_gpu_and_nic_on_one_pcie_root_reach_the_pod(
         )
         kube.create(
             PODS,
-            _pod("p", rig.name, "pair", "echo $NVIDIA_VISIBLE_DEVICES; ip -o link; sleep 3600"),
+            pod_body(
+                name="p",
+                node=rig.name,
+                claims={"net": "pair"},
+                command="echo $NVIDIA_VISIBLE_DEVICES; ip -o link; sleep 3600",
+                grace_seconds=1,
+            ),
             namespace=test_namespace,
         )
         _running(kube, test_namespace, "p")
@@ -321,7 +340,11 @@ def test_discovery_marks_a_missing_nic_unhealthy_and_udev_sees_interfaces_leave(
     wait_for(lambda: bool(sick()), timeout=10, what="the missing NIC reported")
     assert len(sick()) == 1 and sick()[0].startswith(f"{missing.ifname}: ")
     kube.create(RESOURCE_CLAIMS, _nic_claim("c", nic_class), namespace=test_namespace)
-    kube.create(PODS, _pod("p", rig.name, "c", "sleep 3600"), namespace=test_namespace)
+    kube.create(
+        PODS,
+        pod_body(name="p", node=rig.name, claims={"net": "c"}, command="sleep 3600", grace_seconds=1),
+        namespace=test_namespace,
+    )
     _running(kube, test_namespace, "p")
     # Moving the NIC into the pod is a udev event in the node's namespace.
     wait_for(lambda: status()["udevEvents"] > 0, timeout=10, what="udev events seen in the node namespace")

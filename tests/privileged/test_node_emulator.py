@@ -40,25 +40,6 @@ def _logs(rig: FakeNodeRig, ns: str, name: str) -> str:
     return worker.container_logs() if worker else ""
 
 
-def _class(kube: KubeClient, name: str) -> str:
-    kube.create(
-        DEVICE_CLASSES,
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": name},
-            "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.example.com"'}}]},
-        },
-    )
-    return name
-
-
-@pytest.fixture
-def example_class(kube: KubeClient, unique_name: str) -> Any:
-    yield _class(kube, unique_name)
-    kube.delete(DEVICE_CLASSES, unique_name)
-
-
 def test_seed_example_runs_with_cdi_env_and_metadata(
     seed_rig: FakeNodeRig, kube: KubeClient, test_namespace: str
 ) -> None:

@@ -29,21 +29,6 @@ BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def example_class(kube: KubeClient, unique_name: str) -> object:
-    kube.create(
-        DEVICE_CLASSES,
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": unique_name},
-            "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.example.com"'}}]},
-        },
-    )
-    yield unique_name
-    kube.delete(DEVICE_CLASSES, unique_name)
-
-
 def test_newest_registered_instance_gets_the_calls(
     node_rig_factory: RigFactory, kube: KubeClient, test_namespace: str, example_class: str
 ) -> None:

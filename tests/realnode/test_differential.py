@@ -243,7 +243,7 @@ def _replace(value: Any, names: Mapping[str, str]) -> Any:
     return value
 
 
-def _pod(side: Side, *, name: str, namespace: str, template: str) -> dict[str, Any]:
+def _side_pod(side: Side, *, name: str, namespace: str, template: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -282,7 +282,7 @@ def _run_pod(
     kube: KubeClient, side: Side, *, name: str, namespace: str, template: str
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """Create the pod and wait for Running; returns its claim and the names to normalize."""
-    kube.create(PODS, _pod(side, name=name, namespace=namespace, template=template), namespace=namespace)
+    kube.create(PODS, _side_pod(side, name=name, namespace=namespace, template=template), namespace=namespace)
     pod = wait_pod_phase(kube, name, namespace=namespace, phase="Running", timeout=120)
     claim = _claim_of(kube, namespace=namespace, pod=name)
     names = {
@@ -305,7 +305,7 @@ def _delete_pod(kube: KubeClient, side: Side, *, name: str, namespace: str, unpr
     )
 
 
-def _slices(kube: KubeClient, side: Side) -> list[dict[str, Any]]:
+def _side_slices(kube: KubeClient, side: Side) -> list[dict[str, Any]]:
     return kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={side.node},spec.driver={DRIVER}")
 
 
@@ -435,7 +435,7 @@ def test_a_restarted_plugin_is_registered_again_and_the_running_pod_is_left_alon
         name = f"restart-{side.tag}"
         _claim, names = _run_pod(kube, side, name=name, namespace=test_namespace, template=template)
         container = kube.get(PODS, name, namespace=test_namespace)["status"]["containerStatuses"][0]
-        slices = sorted(s["metadata"]["name"] for s in _slices(kube, side))
+        slices = sorted(s["metadata"]["name"] for s in _side_slices(kube, side))
         side.kill_plugin()
         side.start_plugin()
         pod = kube.get(PODS, name, namespace=test_namespace)
@@ -444,7 +444,7 @@ def test_a_restarted_plugin_is_registered_again_and_the_running_pod_is_left_alon
             "phase_after_restart": pod["status"]["phase"],
             "same_container": after.get("containerID") == container.get("containerID"),
             "restarts": after.get("restartCount"),
-            "slices_kept": sorted(s["metadata"]["name"] for s in _slices(kube, side)) == slices,
+            "slices_kept": sorted(s["metadata"]["name"] for s in _side_slices(kube, side)) == slices,
         }
         _delete_pod(kube, side, name=name, namespace=test_namespace, unprepared_before=0)
         observed["registration"], observed["calls"] = registration_set(side.calls())
@@ -461,7 +461,7 @@ def test_the_nodes_slices_are_wiped_after_the_grace_period_when_the_plugin_is_go
     sides: dict[str, Side], kube: KubeClient
 ) -> None:
     def scenario(side: Side) -> dict[str, Any]:
-        assert _slices(kube, side), f"{side.node} has no {DRIVER} slices to wipe"
+        assert _side_slices(kube, side), f"{side.node} has no {DRIVER} slices to wipe"
         side.kill_plugin()
         gone_at = time.monotonic()
         wait_list(
@@ -474,7 +474,7 @@ def test_the_nodes_slices_are_wiped_after_the_grace_period_when_the_plugin_is_go
         )
         waited = time.monotonic() - gone_at
         side.start_plugin()  # and back: the slices are published again
-        wait_for(lambda: bool(_slices(kube, side)), timeout=30, what=f"{side.node}'s slices published again")
+        wait_for(lambda: bool(_side_slices(kube, side)), timeout=30, what=f"{side.node}'s slices published again")
         return {"waited_s": waited}
 
     seen = both(sides, scenario)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from cdi import (
@@ -17,6 +19,7 @@ from cdi import (
     find_spec_problems,
     validate_spec,
 )
+from tests.helpers import one_device_spec
 
 GOOD_EDITS = ContainerEdits(
     env=("FAKE_VISIBLE_DEVICES=0",),
@@ -26,22 +29,8 @@ GOOD_EDITS = ContainerEdits(
 )
 
 
-def make_spec(
-    *,
-    version: str = "0.5.0",
-    kind: str = "fake.example.com/gpu",
-    edits: ContainerEdits = GOOD_EDITS,
-    spec_edits: ContainerEdits | None = None,
-    devices: tuple[Device, ...] | None = None,
-    annotations: dict[str, str] | None = None,
-) -> Spec:
-    return Spec(
-        version=version,
-        kind=kind,
-        devices=devices if devices is not None else (Device(name="gpu0", container_edits=edits),),
-        container_edits=spec_edits or ContainerEdits(),
-        annotations=annotations or {},
-    )
+# Every broken spec below differs from a valid one in one place: by default its device carries every kind of edit.
+make_spec = functools.partial(one_device_spec, edits=GOOD_EDITS)
 
 
 D = "$.devices[0].containerEdits"

@@ -8,7 +8,6 @@ from cdi import (
     KNOWN_VERSIONS,
     WRITABLE_VERSIONS,
     ContainerEdits,
-    Device,
     DeviceNode,
     IntelRdt,
     Mount,
@@ -18,73 +17,58 @@ from cdi import (
     compute_required_version,
     with_minimum_version,
 )
-
-ENV = ContainerEdits(env=("A=1",))
-
-
-def make_spec(
-    *,
-    kind: str = "example.com/gpu",
-    name: str = "gpu0",
-    edits: ContainerEdits = ENV,
-    spec_edits: ContainerEdits | None = None,
-    annotations: dict[str, str] | None = None,
-    device_annotations: dict[str, str] | None = None,
-) -> Spec:
-    device = Device(name=name, container_edits=edits, annotations=device_annotations or {})
-    return Spec(
-        version="",
-        kind=kind,
-        devices=(device,),
-        container_edits=spec_edits or ContainerEdits(),
-        annotations=annotations or {},
-    )
-
+from tests.helpers import one_device_spec
 
 MINIMUM_CASES = [
-    pytest.param(make_spec(), "0.5.0", id="plain-env-floor"),
+    pytest.param(one_device_spec(), "0.5.0", id="plain-env-floor"),
     pytest.param(
-        make_spec(edits=ContainerEdits(mounts=(Mount(host_path="/a", container_path="/a", type="bind"),))),
+        one_device_spec(edits=ContainerEdits(mounts=(Mount(host_path="/a", container_path="/a", type="bind"),))),
         "0.5.0",
         id="mount-type-0.4-lifted-to-floor",
     ),
-    pytest.param(make_spec(name="0abc"), "0.5.0", id="device-name-leading-digit"),
+    pytest.param(one_device_spec(name="0abc"), "0.5.0", id="device-name-leading-digit"),
     pytest.param(
-        make_spec(edits=ContainerEdits(device_nodes=(DeviceNode(path="/dev/a", host_path="/dev/b"),))),
+        one_device_spec(edits=ContainerEdits(device_nodes=(DeviceNode(path="/dev/a", host_path="/dev/b"),))),
         "0.5.0",
         id="device-node-host-path",
     ),
     pytest.param(
-        make_spec(edits=ContainerEdits(device_nodes=(DeviceNode(path="/dev/a", permissions="r"),))),
+        one_device_spec(edits=ContainerEdits(device_nodes=(DeviceNode(path="/dev/a", permissions="r"),))),
         "0.5.0",
         id="device-node-permissions-need-nothing",
     ),
-    pytest.param(make_spec(annotations={"a": "b"}), "0.6.0", id="spec-annotations"),
-    pytest.param(make_spec(device_annotations={"a": "b"}), "0.6.0", id="device-annotations"),
-    pytest.param(make_spec(kind="example.com/gpu.v2"), "0.6.0", id="dot-in-class"),
-    pytest.param(make_spec(kind="example.com/gpu"), "0.5.0", id="dot-in-vendor-only"),
-    pytest.param(make_spec(edits=ContainerEdits(intel_rdt=IntelRdt(clos_id="c"))), "0.7.0", id="device-intel-rdt"),
-    pytest.param(make_spec(spec_edits=ContainerEdits(intel_rdt=IntelRdt())), "0.7.0", id="spec-intel-rdt"),
-    pytest.param(make_spec(edits=ContainerEdits(additional_gids=(44,))), "0.7.0", id="device-additional-gids"),
-    pytest.param(make_spec(spec_edits=ContainerEdits(additional_gids=(44,))), "0.7.0", id="spec-additional-gids"),
+    pytest.param(one_device_spec(annotations={"a": "b"}), "0.6.0", id="spec-annotations"),
+    pytest.param(one_device_spec(device_annotations={"a": "b"}), "0.6.0", id="device-annotations"),
+    pytest.param(one_device_spec(kind="example.com/gpu.v2"), "0.6.0", id="dot-in-class"),
+    pytest.param(one_device_spec(kind="example.com/gpu"), "0.5.0", id="dot-in-vendor-only"),
     pytest.param(
-        make_spec(edits=ContainerEdits(net_devices=(NetDevice(host_interface_name="eth1", name="net1"),))),
+        one_device_spec(edits=ContainerEdits(intel_rdt=IntelRdt(clos_id="c"))), "0.7.0", id="device-intel-rdt"
+    ),
+    pytest.param(one_device_spec(spec_edits=ContainerEdits(intel_rdt=IntelRdt())), "0.7.0", id="spec-intel-rdt"),
+    pytest.param(one_device_spec(edits=ContainerEdits(additional_gids=(44,))), "0.7.0", id="device-additional-gids"),
+    pytest.param(one_device_spec(spec_edits=ContainerEdits(additional_gids=(44,))), "0.7.0", id="spec-additional-gids"),
+    pytest.param(
+        one_device_spec(edits=ContainerEdits(net_devices=(NetDevice(host_interface_name="eth1", name="net1"),))),
         "1.1.0",
         id="device-net-devices",
     ),
     pytest.param(
-        make_spec(spec_edits=ContainerEdits(net_devices=(NetDevice(host_interface_name="eth1", name="net1"),))),
+        one_device_spec(spec_edits=ContainerEdits(net_devices=(NetDevice(host_interface_name="eth1", name="net1"),))),
         "1.1.0",
         id="spec-net-devices",
     ),
     pytest.param(
-        make_spec(edits=ContainerEdits(intel_rdt=IntelRdt(schemata=()))), "1.1.0", id="intel-rdt-schemata-present"
+        one_device_spec(edits=ContainerEdits(intel_rdt=IntelRdt(schemata=()))), "1.1.0", id="intel-rdt-schemata-present"
     ),
     pytest.param(
-        make_spec(edits=ContainerEdits(intel_rdt=IntelRdt(enable_monitoring=True))), "1.1.0", id="intel-rdt-monitoring"
+        one_device_spec(edits=ContainerEdits(intel_rdt=IntelRdt(enable_monitoring=True))),
+        "1.1.0",
+        id="intel-rdt-monitoring",
     ),
     pytest.param(
-        make_spec(annotations={"a": "b"}, edits=ContainerEdits(additional_gids=(5,))), "0.7.0", id="newest-feature-wins"
+        one_device_spec(annotations={"a": "b"}, edits=ContainerEdits(additional_gids=(5,))),
+        "0.7.0",
+        id="newest-feature-wins",
     ),
 ]
 
@@ -95,13 +79,13 @@ def test_minimum_version_is_the_lowest_writable_version_the_content_needs(spec: 
 
 
 REQUIRED_CASES = [
-    pytest.param(make_spec(), "0.3.0", id="nothing-special-earliest"),
+    pytest.param(one_device_spec(), "0.3.0", id="nothing-special-earliest"),
     pytest.param(
-        make_spec(edits=ContainerEdits(mounts=(Mount(host_path="/a", container_path="/a", type="bind"),))),
+        one_device_spec(edits=ContainerEdits(mounts=(Mount(host_path="/a", container_path="/a", type="bind"),))),
         "0.4.0",
         id="mount-type",
     ),
-    pytest.param(make_spec(name="7"), "0.5.0", id="leading-digit"),
+    pytest.param(one_device_spec(name="7"), "0.5.0", id="leading-digit"),
 ]
 
 
@@ -116,7 +100,7 @@ def test_writable_versions_span_0_5_to_1_1() -> None:
 
 
 def test_with_minimum_version_sets_only_the_version() -> None:
-    spec = make_spec(annotations={"a": "b"})
+    spec = one_device_spec(annotations={"a": "b"})
 
     updated = with_minimum_version(spec)
 
