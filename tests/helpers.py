@@ -92,13 +92,14 @@ def pod_body(
     templates: dict[str, str] | None = None,
     command: str = "sleep 3600",
     grace_seconds: int | None = None,
+    restart: str = "Never",
 ) -> JsonObj:
     """A pod pinned to ``node`` whose one container uses every pod claim: ``claims`` maps a pod claim name to a
     ResourceClaim, ``templates`` to a ResourceClaimTemplate."""
     entries = [{"name": k, "resourceClaimName": v} for k, v in (claims or {}).items()]
     entries += [{"name": k, "resourceClaimTemplateName": v} for k, v in (templates or {}).items()]
     spec: dict[str, Any] = {
-        "restartPolicy": "Never",
+        "restartPolicy": restart,
         "nodeSelector": {"kubernetes.io/hostname": node},
         "resourceClaims": entries,
         "containers": [

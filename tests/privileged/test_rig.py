@@ -13,45 +13,18 @@ from harness.runtime.netns import create_netns, list_run_netns
 from kubeclient import KubeClient
 from kubeclient.resources import NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from linuxns import list_netns, netlink
+from tests.helpers import claim_body, pod_body
 from tests.privileged.conftest import RigFactory
 
 pytestmark = [pytest.mark.cluster, pytest.mark.privileged]
 
 
 def _nic_pod(kube: KubeClient, *, namespace: str, node: str, device_class: str) -> None:
-    kube.create(
-        RESOURCE_CLAIMS,
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": "net"},
-            "spec": {"devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": device_class}}]}},
-        },
-        namespace=namespace,
+    kube.create(RESOURCE_CLAIMS, claim_body(name="net", device_class=device_class), namespace=namespace)
+    pod = pod_body(
+        name="p", node=node, claims={"net": "net"}, command="ip -o link; sleep 3600", grace_seconds=1, restart="Always"
     )
-    kube.create(
-        PODS,
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "p"},
-            "spec": {
-                "restartPolicy": "Always",
-                "terminationGracePeriodSeconds": 1,
-                "nodeSelector": {"kubernetes.io/hostname": node},
-                "resourceClaims": [{"name": "net", "resourceClaimName": "net"}],
-                "containers": [
-                    {
-                        "name": "c",
-                        "image": "busybox",
-                        "command": ["sh", "-c", "ip -o link; sleep 3600"],
-                        "resources": {"claims": [{"name": "net"}]},
-                    }
-                ],
-            },
-        },
-        namespace=namespace,
-    )
+    kube.create(PODS, pod, namespace=namespace)
 
 
 def _links(netns: str) -> set[str]:
