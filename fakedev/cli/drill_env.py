@@ -10,21 +10,23 @@ import contextlib
 import shutil
 import signal
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from fakedev.cli.node import plugin_command
+from fakedev.errors import ControlError, ControlRefusedError
+from fakedev.faults import CallFault
 from fakedev.model.inventory import resolve_inventory
 from fakedev.nics import hardware
 from fakedev.nics.node import NodeNics, install_node_nics
-from fakedev.plugin.control import call_control
 from fakedev.plugin.paths import PluginPaths
+from fakedev.plugin.protocol import Call, ControlClient, HealthState, TaintEffect
 from fakedev.profiles import load_profile
 from fakedev.render import Schema, default_schemas
 from harness.cluster.nodes import DEFAULT_CAPACITY, delete_node
 from harness.drills.runner import StepFailed
-from harness.drills.scenario import NodeSpec, Scenario, Step
+from harness.drills.scenario import DeviceState, FaultKind, FaultStep, NodeSpec, Scenario
 from harness.kube.waits import wait_list
 from harness.node.background import BackgroundLoop, BackgroundNode
 from harness.node.drivers import DriverContext, DriverProcess, template_driver
@@ -165,87 +167,101 @@ class FakedevDrillEnvironment:
             for driver, process in node.drivers.items():
                 if not process.alive():
                     continue
-                with contextlib.suppress(OSError, ValueError, StepFailed):
-                    status = self._control(node, driver, {"op": "status"}, timeout=0.5)
-                    for d in status.get("devices", []):
-                        if d["health"] != "Healthy" or d.get("taints"):
+                # The sampler asks four times a second; a hung or restarting plugin just goes unsampled.
+                with contextlib.suppress(ControlError, StepFailed):
+                    status = self._control(node, driver, timeout=0.5).status()
+                    for d in status["devices"]:
+                        if d["health"] != HealthState.HEALTHY or d["taints"]:
                             out[f"{node.logical}/{d['device']}"] = d["health"]
         return out
 
     # -- faults ----------------------------------------------------------------------------------------------------
 
-    def _node(self, step: Step) -> EmulatedNode:
-        logical = str(step.body.get("node") or next(iter(self.nodes)))
-        return self.nodes[logical]
+    def _node(self, step: FaultStep) -> EmulatedNode:
+        return self.nodes[step.node or next(iter(self.nodes))]
 
-    def _driver(self, node: EmulatedNode, step: Step) -> tuple[str, DriverProcess]:
-        driver = str(step.body.get("driver") or next(iter(node.drivers)))
+    def _driver(self, node: EmulatedNode, step: FaultStep) -> tuple[str, DriverProcess]:
+        driver = step.driver or next(iter(node.drivers))
         if driver not in node.drivers:
             raise StepFailed(f"node {node.logical} runs no driver {driver} (it runs {', '.join(node.drivers)})")
         return driver, node.drivers[driver]
 
-    def _control(self, node: EmulatedNode, driver: str, request: dict[str, Any], *, timeout: float = 10) -> Any:
+    def _control(self, node: EmulatedNode, driver: str, *, timeout: float = 10) -> ControlClient:
         emulator = node.background.node
         if emulator is None:
             raise StepFailed(f"node {node.logical} is down")
         path = PluginPaths(kubelet_root=emulator.paths.kubelet_root, driver=driver).control_socket
-        answer = call_control(path, request, timeout=timeout)
-        if not answer.get("ok"):
-            raise StepFailed(f"{driver} refused {request['op']}: {answer.get('error')}")
-        return answer
+        return ControlClient(path=path, timeout=timeout)
 
-    def inject(self, step: Step, *, device: str | None) -> str:
-        kind = str(step.body[step.kind])
+    @staticmethod
+    @contextlib.contextmanager
+    def _as_step_failure(driver: str) -> Iterator[None]:
+        """A refused or unanswered control request fails the step, saying which driver and why."""
+        try:
+            yield
+        except ControlRefusedError as exc:
+            raise StepFailed(f"{driver} refused {exc.op}: {exc.reason}") from exc
+        except ControlError as exc:
+            raise StepFailed(f"{driver}: {exc}") from exc
+
+    def inject(self, step: FaultStep, *, device: str | None) -> str:
         node = self._node(step)
-        if kind == "node-reboot":
+        if step.fault is FaultKind.NODE_REBOOT:
             return self._reboot(node)
-        if kind in ("nic-unplug", "nic-replug"):
-            return self._nic(node, kind, device)
+        if step.fault in (FaultKind.NIC_UNPLUG, FaultKind.NIC_REPLUG):
+            return self._nic(node, step.fault, device)
         driver, process = self._driver(node, step)
-        if kind == "driver-kill":
-            process.kill()
-            return f"{driver} on {node.logical} killed (SIGKILL)"
-        if kind == "driver-hang":
-            process.signal(signal.SIGSTOP)
-            return f"{driver} on {node.logical} hung (SIGSTOP)"
-        if kind == "driver-resume":
-            process.signal(signal.SIGCONT)
-            return f"{driver} on {node.logical} resumed (SIGCONT)"
-        if kind == "driver-restart":
-            process.restart()
-            emulator = node.background.node
-            assert emulator is not None
-            self.loop.call(emulator.plugins.wait_registered(driver, timeout=30), timeout=40)
-            return f"{driver} on {node.logical} restarted and registered"
-        if kind == "driver-socket-remove":
-            emulator = node.background.node
-            assert emulator is not None
-            for sock in emulator.paths.registry.glob(f"{driver}*-reg.sock"):
-                sock.unlink()
-            return f"registration socket of {driver} on {node.logical} removed"
-        if kind == "device-health":
-            if device is None:
-                raise StepFailed("device-health needs device: or claim:")
-            request: dict[str, Any] = {
-                "op": "set-health",
-                "device": device,
-                "health": step.body.get("state", "Unhealthy"),
-                "message": str(step.body.get("message", "drill")),
-            }
-            if step.body.get("taint"):
-                request["taint"] = step.body["taint"]
-            self._control(node, driver, request)
-            return f"{device} on {node.logical} reported {request['health']}"
-        if kind == "prepare-fault":
-            fault = {k: step.body[k] for k in ("failTimes", "delaySeconds", "error") if k in step.body}
-            self._control(node, driver, {"op": "set-fault", "call": "prepare", "fault": fault})
-            return f"prepare of {driver} on {node.logical}: {fault}"
-        if kind == "clear-faults":
-            self._control(node, driver, {"op": "clear-faults"})
-            return f"faults of {driver} on {node.logical} cleared"
-        raise StepFailed(f"this environment cannot do fault {kind}")
+        match step.fault:
+            case FaultKind.DRIVER_KILL:
+                process.kill()
+                return f"{driver} on {node.logical} killed (SIGKILL)"
+            case FaultKind.DRIVER_HANG:
+                process.signal(signal.SIGSTOP)
+                return f"{driver} on {node.logical} hung (SIGSTOP)"
+            case FaultKind.DRIVER_RESUME:
+                process.signal(signal.SIGCONT)
+                return f"{driver} on {node.logical} resumed (SIGCONT)"
+            case FaultKind.DRIVER_RESTART:
+                process.restart()
+                emulator = node.background.node
+                assert emulator is not None
+                self.loop.call(emulator.plugins.wait_registered(driver, timeout=30), timeout=40)
+                return f"{driver} on {node.logical} restarted and registered"
+            case FaultKind.DRIVER_SOCKET_REMOVE:
+                emulator = node.background.node
+                assert emulator is not None
+                for sock in emulator.paths.registry.glob(f"{driver}*-reg.sock"):
+                    sock.unlink()
+                return f"registration socket of {driver} on {node.logical} removed"
+            case FaultKind.DEVICE_HEALTH:
+                if device is None:
+                    raise StepFailed("device-health needs device: or claim:")
+                health = HealthState((step.state or DeviceState.UNHEALTHY).value)
+                with self._as_step_failure(driver):
+                    self._control(node, driver).set_health(
+                        device=device,
+                        health=health,
+                        message="drill" if step.message is None else step.message,
+                        taint=None if step.taint is None else TaintEffect(step.taint.value),
+                    )
+                return f"{device} on {node.logical} reported {health}"
+            case FaultKind.PREPARE_FAULT:
+                default = CallFault()
+                fault = CallFault(
+                    delay_seconds=default.delay_seconds if step.delay_seconds is None else step.delay_seconds,
+                    fail_times=default.fail_times if step.fail_times is None else step.fail_times,
+                    error=default.error if step.error is None else step.error,
+                )
+                with self._as_step_failure(driver):
+                    ack = self._control(node, driver).set_fault(call=Call.PREPARE, fault=fault)
+                return f"prepare of {driver} on {node.logical}: {ack['fault']}"
+            case FaultKind.CLEAR_FAULTS:
+                with self._as_step_failure(driver):
+                    self._control(node, driver).clear_faults()
+                return f"faults of {driver} on {node.logical} cleared"
+        raise StepFailed(f"this environment cannot do fault {step.fault}")
 
-    def _nic(self, node: EmulatedNode, kind: str, device: str | None) -> str:
+    def _nic(self, node: EmulatedNode, kind: FaultKind, device: str | None) -> str:
         if node.nics is None or device is None:
             raise StepFailed(f"{kind} needs a node with NICs and a device (device: or claim:)")
         emulator = node.background.node
@@ -263,7 +279,7 @@ class FakedevDrillEnvironment:
         if ifname is None:
             raise StepFailed(f"{device} is not a NIC of {node.logical}")
         port = node.nics.port(ifname)
-        if kind == "nic-unplug":
+        if kind is FaultKind.NIC_UNPLUG:
             hardware.unplug(node.nics.hardware, port)
             return f"{ifname} ({device}) pulled from {node.logical}"
         hardware.plug(node.nics.hardware, port)
