@@ -10,9 +10,10 @@ import contextlib
 import shutil
 import signal
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 from fakedev.cli.node import plugin_command
 from fakedev.errors import ControlError, ControlRefusedError
@@ -27,6 +28,7 @@ from fakedev.render import Schema, default_schemas
 from harness.cluster.nodes import DEFAULT_CAPACITY, delete_node
 from harness.drills.runner import StepFailed
 from harness.drills.scenario import DeviceState, FaultKind, FaultStep, NodeSpec, Scenario
+from harness.drills.scenario import TaintEffect as ScenarioTaintEffect
 from harness.kube.waits import wait_list
 from harness.node.background import BackgroundLoop, BackgroundNode
 from harness.node.drivers import DriverContext, DriverProcess, template_driver
@@ -38,6 +40,17 @@ from kubeclient import KubeClient
 from kubeclient.resources import RESOURCE_SLICES
 
 DRIVER_OF_SCHEMA = {s.value: s.driver for s in Schema}
+# The harness may not import fakedev, so a scenario spells health and taint effects with its own enums.
+HEALTH_OF_STATE: Final[Mapping[DeviceState, HealthState]] = {
+    DeviceState.HEALTHY: HealthState.HEALTHY,
+    DeviceState.UNHEALTHY: HealthState.UNHEALTHY,
+    DeviceState.UNKNOWN: HealthState.UNKNOWN,
+}
+EFFECT_OF_TAINT: Final[Mapping[ScenarioTaintEffect, TaintEffect]] = {
+    ScenarioTaintEffect.NO_SCHEDULE: TaintEffect.NO_SCHEDULE,
+    ScenarioTaintEffect.NO_EXECUTE: TaintEffect.NO_EXECUTE,
+    ScenarioTaintEffect.NONE: TaintEffect.NONE,
+}
 
 
 def _profile_path(profile: str, *, scenario: Scenario) -> str:
@@ -236,13 +249,13 @@ class FakedevDrillEnvironment:
             case FaultKind.DEVICE_HEALTH:
                 if device is None:
                     raise StepFailed("device-health needs device: or claim:")
-                health = HealthState((step.state or DeviceState.UNHEALTHY).value)
+                health = HEALTH_OF_STATE[step.state or DeviceState.UNHEALTHY]
                 with self._as_step_failure(driver):
                     self._control(node, driver).set_health(
                         device=device,
                         health=health,
                         message="drill" if step.message is None else step.message,
-                        taint=None if step.taint is None else TaintEffect(step.taint.value),
+                        taint=None if step.taint is None else EFFECT_OF_TAINT[step.taint],
                     )
                 return f"{device} on {node.logical} reported {health}"
             case FaultKind.PREPARE_FAULT:
