@@ -7,7 +7,11 @@ FakedevError
 ├── CheckpointError       the checkpoint is corrupt or from an unknown version (the plugin refuses to start)
 ├── KubeApiError          the API server refused or could not be reached
 │   └── RetryableKubeError  a later attempt may succeed (conflict, unavailable)
-└── BenchError            a benchmark cannot take or read a measurement
+├── BenchError            a benchmark cannot take or read a measurement
+└── ControlError          a control-socket exchange went wrong (also: an answer that is not a reply)
+    ├── ControlRequestError      a request breaks the protocol (the plugin answers it with ok: false)
+    ├── ControlRefusedError      the plugin understood the request and refused it (e.g. an unknown device)
+    └── ControlUnreachableError  no answer: the socket is missing, refuses connections, times out or hangs up
 """
 
 from __future__ import annotations
@@ -47,3 +51,24 @@ class RetryableKubeError(KubeApiError):
 
 class BenchError(FakedevError):
     """A benchmark cannot take or read a measurement (a profile the API server refused, no Go toolchain)."""
+
+
+class ControlError(FakedevError):
+    """Talking to a plugin's control socket failed; the subclasses say how."""
+
+
+class ControlRequestError(ControlError):
+    """A control request breaks the protocol; the message is one line naming the field and the rule."""
+
+
+class ControlRefusedError(ControlError):
+    """The plugin answered ``ok: false``; ``reason`` is its own words, ``op`` the request it refused."""
+
+    def __init__(self, *, op: str, reason: str) -> None:
+        super().__init__(f"the plugin refused {op}: {reason}")
+        self.op = op
+        self.reason = reason
+
+
+class ControlUnreachableError(ControlError):
+    """The control socket gave no answer (absent, connection refused, timed out, closed early)."""

@@ -10,19 +10,22 @@ import contextlib
 import shutil
 import signal
 import tempfile
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Final
 
 from fakedev.cli.rig import FakeNodeRig, RigSite, RigSpec, remove_fabric
+from fakedev.errors import ControlError, ControlRefusedError
+from fakedev.faults import CallFault
 from fakedev.nics import hardware
-from fakedev.nics.node import NodeNics
-from fakedev.plugin.control import call_control
+from fakedev.plugin.protocol import Call, ControlClient, HealthState, TaintEffect
 from fakedev.render import Schema
 from harness.cluster.nodes import DEFAULT_CAPACITY
 from harness.drills.runner import StepFailed
-from harness.drills.scenario import NodeSpec, Scenario, Step
-from harness.node.background import BackgroundLoop, BackgroundNode
+from harness.drills.scenario import DeviceState, FaultKind, FaultStep, NodeSpec, Scenario
+from harness.drills.scenario import TaintEffect as ScenarioTaintEffect
+from harness.node.background import BackgroundLoop
 from harness.node.drivers import DriverProcess
 from harness.node.layout import NodeLayout, node_run_id
 from harness.reaper import reap_all
@@ -30,6 +33,17 @@ from kubeclient import KubeClient
 from kubeclient.resources import RESOURCE_SLICES
 
 DRIVER_OF_SCHEMA = {s.value: s.driver for s in Schema}
+# The harness may not import fakedev, so a scenario spells health and taint effects with its own enums.
+HEALTH_OF_STATE: Final[Mapping[DeviceState, HealthState]] = {
+    DeviceState.HEALTHY: HealthState.HEALTHY,
+    DeviceState.UNHEALTHY: HealthState.UNHEALTHY,
+    DeviceState.UNKNOWN: HealthState.UNKNOWN,
+}
+EFFECT_OF_TAINT: Final[Mapping[ScenarioTaintEffect, TaintEffect]] = {
+    ScenarioTaintEffect.NO_SCHEDULE: TaintEffect.NO_SCHEDULE,
+    ScenarioTaintEffect.NO_EXECUTE: TaintEffect.NO_EXECUTE,
+    ScenarioTaintEffect.NONE: TaintEffect.NONE,
+}
 
 
 def _profile_path(profile: str, *, scenario: Scenario) -> str:
@@ -39,29 +53,12 @@ def _profile_path(profile: str, *, scenario: Scenario) -> str:
     return profile
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class EmulatedNode:
     """A scenario's node: its name in the scenario and the rig that runs it."""
 
     logical: str
     rig: FakeNodeRig
-
-    @property
-    def name(self) -> str:
-        return self.rig.name
-
-    @property
-    def background(self) -> BackgroundNode:
-        return self.rig.background
-
-    @property
-    def drivers(self) -> dict[str, DriverProcess]:
-        """Driver name → its plugin process."""
-        return self.rig.plugins
-
-    @property
-    def nics(self) -> NodeNics | None:
-        return self.rig.nics
 
 
 @dataclass(kw_only=True)
@@ -100,7 +97,7 @@ class FakedevDrillEnvironment:
                 site=site,
             )
             self.nodes[spec.name] = EmulatedNode(logical=spec.name, rig=rig)
-        return {logical: n.name for logical, n in self.nodes.items()}
+        return {logical: n.rig.name for logical, n in self.nodes.items()}
 
     def stop_nodes(self) -> None:
         for node in self.nodes.values():
@@ -117,13 +114,13 @@ class FakedevDrillEnvironment:
 
     def node_layout(self, node: str) -> NodeLayout | None:
         for n in self.nodes.values():
-            if n.name == node:
+            if n.rig.name == node:
                 return n.rig.layout
         return None
 
     def pod_logs(self, namespace: str, name: str) -> str:
         for node in self.nodes.values():
-            emulator = node.background.node
+            emulator = node.rig.background.node
             worker = emulator.pod_worker(namespace=namespace, name=name) if emulator else None
             if worker is not None:
                 return worker.container_logs()
@@ -132,95 +129,103 @@ class FakedevDrillEnvironment:
     def device_health(self) -> dict[str, str]:
         out: dict[str, str] = {}
         for node in self.nodes.values():
-            for driver, process in node.drivers.items():
+            for driver, process in node.rig.plugins.items():
                 if not process.alive():
                     continue
-                with contextlib.suppress(OSError, ValueError, StepFailed):
-                    status = self._control(node, driver, {"op": "status"}, timeout=0.5)
-                    for d in status.get("devices", []):
-                        if d["health"] != "Healthy" or d.get("taints"):
+                # The sampler asks four times a second; a hung or restarting plugin just goes unsampled.
+                with contextlib.suppress(ControlError, StepFailed):
+                    status = self._control(node, driver, timeout=0.5).status()
+                    for d in status["devices"]:
+                        if d["health"] != HealthState.HEALTHY or d["taints"]:
                             out[f"{node.logical}/{d['device']}"] = d["health"]
         return out
 
     # -- faults ----------------------------------------------------------------------------------------------------
 
-    def _node(self, step: Step) -> EmulatedNode:
-        logical = str(step.body.get("node") or next(iter(self.nodes)))
-        return self.nodes[logical]
+    def _node(self, step: FaultStep) -> EmulatedNode:
+        return self.nodes[step.node or next(iter(self.nodes))]
 
-    def _driver(self, node: EmulatedNode, step: Step) -> tuple[str, DriverProcess]:
-        driver = str(step.body.get("driver") or next(iter(node.drivers)))
-        if driver not in node.drivers:
-            raise StepFailed(f"node {node.logical} runs no driver {driver} (it runs {', '.join(node.drivers)})")
-        return driver, node.drivers[driver]
+    def _driver(self, node: EmulatedNode, step: FaultStep) -> tuple[str, DriverProcess]:
+        driver = step.driver or next(iter(node.rig.plugins))
+        if driver not in node.rig.plugins:
+            raise StepFailed(f"node {node.logical} runs no driver {driver} (it runs {', '.join(node.rig.plugins)})")
+        return driver, node.rig.plugins[driver]
 
-    def _control(self, node: EmulatedNode, driver: str, request: dict[str, Any], *, timeout: float = 10) -> Any:
-        emulator = node.background.node
-        if emulator is None:
+    def _control(self, node: EmulatedNode, driver: str, *, timeout: float = 10) -> ControlClient:
+        if node.rig.background.node is None:
             raise StepFailed(f"node {node.logical} is down")
-        path = node.rig.plugin_paths(driver).control_socket
-        answer = call_control(path, request, timeout=timeout)
-        if not answer.get("ok"):
-            raise StepFailed(f"{driver} refused {request['op']}: {answer.get('error')}")
-        return answer
+        return node.rig.control(driver, timeout=timeout)
 
-    def inject(self, step: Step, *, device: str | None) -> str:
-        kind = str(step.body[step.kind])
+    @staticmethod
+    @contextlib.contextmanager
+    def _as_step_failure(driver: str) -> Iterator[None]:
+        """A refused or unanswered control request fails the step, saying which driver and why."""
+        try:
+            yield
+        except ControlRefusedError as exc:
+            raise StepFailed(f"{driver} refused {exc.op}: {exc.reason}") from exc
+        except ControlError as exc:
+            raise StepFailed(f"{driver}: {exc}") from exc
+
+    def inject(self, step: FaultStep, *, device: str | None) -> str:
         node = self._node(step)
-        if kind == "node-reboot":
+        if step.fault is FaultKind.NODE_REBOOT:
             return self._reboot(node)
-        if kind in ("nic-unplug", "nic-replug"):
-            return self._nic(node, kind, device)
+        if step.fault in (FaultKind.NIC_UNPLUG, FaultKind.NIC_REPLUG):
+            return self._nic(node, step.fault, device)
         driver, process = self._driver(node, step)
-        if kind == "driver-kill":
-            process.kill()
-            return f"{driver} on {node.logical} killed (SIGKILL)"
-        if kind == "driver-hang":
-            process.signal(signal.SIGSTOP)
-            return f"{driver} on {node.logical} hung (SIGSTOP)"
-        if kind == "driver-resume":
-            process.signal(signal.SIGCONT)
-            return f"{driver} on {node.logical} resumed (SIGCONT)"
-        if kind == "driver-restart":
-            process.restart()
-            emulator = node.background.node
-            assert emulator is not None
-            self.loop.call(emulator.plugins.wait_registered(driver, timeout=30), timeout=40)
-            return f"{driver} on {node.logical} restarted and registered"
-        if kind == "driver-socket-remove":
-            emulator = node.background.node
-            assert emulator is not None
-            for sock in emulator.layout.registry.glob(f"{driver}*-reg.sock"):
-                sock.unlink()
-            return f"registration socket of {driver} on {node.logical} removed"
-        if kind == "device-health":
-            if device is None:
-                raise StepFailed("device-health needs device: or claim:")
-            request: dict[str, Any] = {
-                "op": "set-health",
-                "device": device,
-                "health": step.body.get("state", "Unhealthy"),
-                "message": str(step.body.get("message", "drill")),
-            }
-            if step.body.get("taint"):
-                request["taint"] = step.body["taint"]
-            self._control(node, driver, request)
-            return f"{device} on {node.logical} reported {request['health']}"
-        if kind == "prepare-fault":
-            fault = {k: step.body[k] for k in ("failTimes", "delaySeconds", "error") if k in step.body}
-            self._control(node, driver, {"op": "set-fault", "call": "prepare", "fault": fault})
-            return f"prepare of {driver} on {node.logical}: {fault}"
-        if kind == "clear-faults":
-            self._control(node, driver, {"op": "clear-faults"})
-            return f"faults of {driver} on {node.logical} cleared"
-        raise StepFailed(f"this environment cannot do fault {kind}")
+        match step.fault:
+            case FaultKind.DRIVER_KILL:
+                process.kill()
+                return f"{driver} on {node.logical} killed (SIGKILL)"
+            case FaultKind.DRIVER_HANG:
+                process.signal(signal.SIGSTOP)
+                return f"{driver} on {node.logical} hung (SIGSTOP)"
+            case FaultKind.DRIVER_RESUME:
+                process.signal(signal.SIGCONT)
+                return f"{driver} on {node.logical} resumed (SIGCONT)"
+            case FaultKind.DRIVER_RESTART:
+                process.restart()
+                node.rig.wait_registered(driver)
+                return f"{driver} on {node.logical} restarted and registered"
+            case FaultKind.DRIVER_SOCKET_REMOVE:
+                for sock in node.rig.layout.registry.glob(f"{driver}*-reg.sock"):
+                    sock.unlink()
+                return f"registration socket of {driver} on {node.logical} removed"
+            case FaultKind.DEVICE_HEALTH:
+                if device is None:
+                    raise StepFailed("device-health needs device: or claim:")
+                health = HEALTH_OF_STATE[step.state or DeviceState.UNHEALTHY]
+                with self._as_step_failure(driver):
+                    self._control(node, driver).set_health(
+                        device=device,
+                        health=health,
+                        message="drill" if step.message is None else step.message,
+                        taint=None if step.taint is None else EFFECT_OF_TAINT[step.taint],
+                    )
+                return f"{device} on {node.logical} reported {health}"
+            case FaultKind.PREPARE_FAULT:
+                default = CallFault()
+                fault = CallFault(
+                    delay_seconds=default.delay_seconds if step.delay_seconds is None else step.delay_seconds,
+                    fail_times=default.fail_times if step.fail_times is None else step.fail_times,
+                    error=default.error if step.error is None else step.error,
+                )
+                with self._as_step_failure(driver):
+                    ack = self._control(node, driver).set_fault(call=Call.PREPARE, fault=fault)
+                return f"prepare of {driver} on {node.logical}: {ack['fault']}"
+            case FaultKind.CLEAR_FAULTS:
+                with self._as_step_failure(driver):
+                    self._control(node, driver).clear_faults()
+                return f"faults of {driver} on {node.logical} cleared"
+        raise StepFailed(f"this environment cannot do fault {step.fault}")
 
-    def _nic(self, node: EmulatedNode, kind: str, device: str | None) -> str:
-        if node.nics is None or device is None:
+    def _nic(self, node: EmulatedNode, kind: FaultKind, device: str | None) -> str:
+        if node.rig.nics is None or device is None:
             raise StepFailed(f"{kind} needs a node with NICs and a device (device: or claim:)")
-        emulator = node.background.node
+        emulator = node.rig.background.node
         assert emulator is not None
-        slices = self.client.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={node.name},spec.driver=dra.net")
+        slices = self.client.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={node.rig.name},spec.driver=dra.net")
         ifname = next(
             (
                 d["attributes"]["dra.net/ifName"]["string"]
@@ -232,11 +237,11 @@ class FakedevDrillEnvironment:
         )
         if ifname is None:
             raise StepFailed(f"{device} is not a NIC of {node.logical}")
-        port = node.nics.port(ifname)
-        if kind == "nic-unplug":
-            hardware.unplug(node.nics.hardware, port)
+        port = node.rig.nics.port(ifname)
+        if kind is FaultKind.NIC_UNPLUG:
+            hardware.unplug(node.rig.nics.hardware, port)
             return f"{ifname} ({device}) pulled from {node.logical}"
-        hardware.plug(node.nics.hardware, port)
+        hardware.plug(node.rig.nics.hardware, port)
         return f"{ifname} ({device}) plugged back into {node.logical}"
 
     def _reboot(self, node: EmulatedNode) -> str:

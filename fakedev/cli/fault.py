@@ -1,4 +1,8 @@
-"""``fakedev fault``: inject faults into a running fake plugin through its control socket."""
+"""``fakedev fault``: inject faults into a running fake plugin through its control socket.
+
+Every verb but ``nic`` is one request of :mod:`fakedev.plugin.protocol`, sent with its :class:`ControlClient`; the
+reply is printed as JSON (``{"ok": false, "error": ...}`` and exit status 1 when the plugin refuses).
+"""
 
 from __future__ import annotations
 
@@ -8,9 +12,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fakedev.errors import ControlError, ControlRefusedError
+from fakedev.faults import CallFault
 from fakedev.plugin.app import DEFAULT_KUBELET_ROOT
-from fakedev.plugin.control import call_control
 from fakedev.plugin.paths import PluginPaths
+from fakedev.plugin.protocol import (
+    AckReply,
+    Call,
+    ControlClient,
+    ErrorReply,
+    FaultAckReply,
+    HealthState,
+    StatusReply,
+    TaintEffect,
+)
 
 DESCRIPTION = """\
 Talk to a running `fakedev plugin` through <kubelet-root>/plugins/<driver>/control.sock:
@@ -42,16 +57,16 @@ def add_parser(sub: Any) -> None:
     verbs.add_parser("status", help="show the plugin's devices, claims and faults")
     h = verbs.add_parser("health", help="set a device's health")
     h.add_argument("device")
-    h.add_argument("--state", required=True, choices=["Healthy", "Unhealthy", "Unknown"])
+    h.add_argument("--state", required=True, choices=[h.value for h in HealthState])
     h.add_argument("--message", default="")
     h.add_argument(
         "--taint",
-        choices=["NoSchedule", "NoExecute", "None"],
+        choices=[e.value for e in TaintEffect],
         default=None,
         help="also taint the device in its ResourceSlice with this effect",
     )
-    for call in ("prepare", "unprepare"):
-        c = verbs.add_parser(call, help=f"slow down or fail {call} calls")
+    for call in Call:
+        c = verbs.add_parser(call.value, help=f"slow down or fail {call} calls")
         c.add_argument("--delay", type=float, default=0.0, help="seconds each call waits first")
         c.add_argument("--fail", type=int, default=0, help="fail this many calls (-1: all until cleared)")
         c.add_argument("--error", default="injected fault", help="the per-claim error text")
@@ -68,13 +83,6 @@ def add_parser(sub: Any) -> None:
         "puts every node on the fabric of its first node)",
     )
     p.set_defaults(handler=_run)
-
-
-def control_request(path: Path, request: dict[str, Any], *, timeout: float = 10.0) -> dict[str, Any]:
-    try:
-        return call_control(path, request, timeout=timeout)
-    except OSError as exc:
-        raise SystemExit(f"fakedev fault: cannot reach {path}: {exc.strerror or exc}") from exc
 
 
 def _nic(args: argparse.Namespace) -> int:
@@ -111,24 +119,29 @@ def _run(args: argparse.Namespace) -> int:
             kubelet_root=args.kubelet_root, driver=args.driver, rolling_update_uid=args.rolling_update_uid
         ).control_socket
     )
-    request: dict[str, Any]
-    if args.verb == "status":
-        request = {"op": "status"}
-    elif args.verb == "health":
-        request = {"op": "set-health", "device": args.device, "health": args.state, "message": args.message}
-        if args.taint:
-            request["taint"] = args.taint
-    elif args.verb in ("prepare", "unprepare"):
-        request = {
-            "op": "set-fault",
-            "call": args.verb,
-            "fault": {"delaySeconds": args.delay, "failTimes": args.fail, "error": args.error},
-        }
-    else:
-        request = {"op": "clear-faults"}
-    answer = control_request(path, request)
+    client = ControlClient(path=path)
+    answer: StatusReply | AckReply | FaultAckReply | ErrorReply
+    try:
+        if args.verb == "status":
+            answer = client.status()
+        elif args.verb == "health":
+            answer = client.set_health(
+                device=args.device,
+                health=HealthState(args.state),
+                message=args.message,
+                taint=None if args.taint is None else TaintEffect(args.taint),
+            )
+        elif args.verb == "clear":
+            answer = client.clear_faults()
+        else:
+            fault = CallFault(delay_seconds=args.delay, fail_times=args.fail, error=args.error)
+            answer = client.set_fault(call=Call(args.verb), fault=fault)
+    except ControlRefusedError as exc:
+        answer = {"ok": False, "error": exc.reason}
+    except ControlError as exc:  # unreachable, or an answer that is no reply
+        raise SystemExit(f"fakedev fault: {exc}") from exc
     print(json.dumps(answer, indent=2))
-    if not answer.get("ok"):
-        print(f"fakedev fault: {answer.get('error')}", file=sys.stderr)
+    if not answer["ok"]:
+        print(f"fakedev fault: {answer['error']}", file=sys.stderr)
         return 1
     return 0

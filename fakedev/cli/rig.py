@@ -19,6 +19,7 @@ from fakedev.model.inventory import NodeInventory, resolve_inventory
 from fakedev.nics import hardware as nic_hardware
 from fakedev.nics.node import NodeNics, install_node_nics, nic_namespaces
 from fakedev.plugin.paths import PluginPaths
+from fakedev.plugin.protocol import ControlClient
 from fakedev.profiles import load_profile
 from fakedev.render import Schema, default_schemas
 from harness.cluster.nodes import NodeHeartbeats, delete_node
@@ -36,6 +37,7 @@ from kubeclient.resources import PODS, RESOURCE_SLICES
 REGISTER_SECONDS: Final = 30.0
 PUBLISH_SECONDS: Final = 30.0
 DRAIN_SECONDS: Final = 30.0
+CONTROL_SECONDS: Final = 10.0
 
 
 PLUGIN_PLACEHOLDERS: Final = (
@@ -267,6 +269,10 @@ class FakeNodeRig:
     def plugin_paths(self, driver: str) -> PluginPaths:
         """The fake plugin's files for ``driver`` on this node (its control socket among them)."""
         return PluginPaths(kubelet_root=self.layout.kubelet_root, driver=driver)
+
+    def control(self, driver: str, *, timeout: float = CONTROL_SECONDS) -> ControlClient:
+        """A typed client of the fake plugin's control socket for ``driver`` (health, taints, call faults)."""
+        return ControlClient(path=self.plugin_paths(driver).control_socket, timeout=timeout)
 
     # -- drivers ---------------------------------------------------------------------------------------------------
 

@@ -1,30 +1,40 @@
-"""The plugin's control socket: JSON lines over ``<plugin dir>/control.sock`` (0600) for fault injection and status.
+"""The plugin's control socket: fault injection and status over ``<plugin dir>/control.sock`` (0600).
 
-Requests (one JSON object per line, one answer line each):
-
-    {"op": "status"}
-    {"op": "set-health", "device": "gpu-0", "health": "Unhealthy", "message": "...", "taint": "NoExecute"}
-    {"op": "set-fault", "call": "prepare" | "unprepare", "fault": {"delaySeconds": 1, "failTimes": 2, "error": "..."}}
-    {"op": "clear-faults"}
-
-Answers are ``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``; a malformed request never stops the plugin.
+The requests and replies are those of :mod:`fakedev.plugin.protocol` (one JSON line each way); this module serves
+them. A malformed or refused request gets ``{"ok": false, "error": "..."}`` and never stops the plugin.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import re
-import socket
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Final
+from typing import Final, Protocol
 
 from fakedev.errors import FakedevError
-from fakedev.faults import CallFault, Faults
+from fakedev.faults import Faults
+from fakedev.plugin.protocol import (
+    AckReply,
+    Call,
+    ClearFaultsRequest,
+    ErrorReply,
+    FaultAckReply,
+    Reply,
+    Request,
+    SetFaultRequest,
+    SetHealthRequest,
+    StatusBody,
+    StatusReply,
+    StatusRequest,
+    TaintEffect,
+    parse_request_line,
+    render_call_fault,
+    render_reply_line,
+)
 from fakedev.render.types import DeviceTaint
 from kubeclient.timestamps import render_time
 from kubeletapi.types import Health
@@ -32,62 +42,64 @@ from kubeletapi.types import Health
 log = logging.getLogger("fakedev.plugin.control")
 
 TAINT_KEY: Final = "fakedev.io/unhealthy"
-EFFECTS: Final = ("NoSchedule", "NoExecute", "None")
 MAX_REQUEST: Final = 64 * 1024
 
 
-@dataclass(kw_only=True)
-class ControlTarget:
-    """What the control socket may touch; the app provides these callbacks."""
+class SetHealth(Protocol):
+    """Change a device's health (and its slice taint); raises :class:`FakedevError` for a device not published."""
 
-    status: Callable[[], dict[str, Any]]
-    set_health: Callable[..., None]
+    def __call__(self, *, device: str, health: Health, message: str = "", taint: DeviceTaint | None = None) -> None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class ControlTarget:
+    """What the control socket may touch; the app provides these."""
+
+    status: Callable[[], StatusBody]
+    set_health: SetHealth
     faults: Faults
 
 
-def render_taint(effect: str, message: str) -> DeviceTaint:
-    if effect not in EFFECTS:
-        raise FakedevError(f"taint effect must be one of {', '.join(EFFECTS)}, not {effect!r}")
+def render_taint(effect: TaintEffect, message: str) -> DeviceTaint:
     stamp = render_time()
     # A taint value is a label value; the free-text message stays on the health stream.
     value = re.sub(r"[^A-Za-z0-9_.-]+", "-", message)[:63].strip("-_.") or "unhealthy"
-    return {"key": TAINT_KEY, "value": value, "effect": effect, "timeAdded": stamp}
+    return {"key": TAINT_KEY, "value": value, "effect": effect.value, "timeAdded": stamp}
 
 
-def handle(request: Any, target: ControlTarget) -> dict[str, Any]:
-    """Answer one request (pure dispatch; errors become ``ok: false``)."""
-    if not isinstance(request, dict) or not isinstance(request.get("op"), str):
-        return {"ok": False, "error": "a request is a JSON object with a string 'op'"}
-    op = request["op"]
-    try:
-        if op == "status":
+def handle(request: Request, target: ControlTarget) -> StatusReply | AckReply | FaultAckReply:
+    """Do one request (raises :class:`FakedevError` when the target refuses it)."""
+    match request:
+        case StatusRequest():
             return {"ok": True, **target.status()}
-        if op == "set-health":
-            health = Health[str(request.get("health", "")).upper()]
-            taint = request.get("taint")
-            message = str(request.get("message", ""))
+        case SetHealthRequest():
             target.set_health(
-                device=str(request.get("device", "")),
-                health=health,
-                message=message,
-                taint=render_taint(str(taint), message) if taint else None,
+                device=request.device,
+                health=request.health.health,
+                message=request.message,
+                taint=None if request.taint is None else render_taint(request.taint, request.message),
             )
             return {"ok": True}
-        if op == "set-fault":
-            call = request.get("call")
-            if call not in ("prepare", "unprepare"):
-                return {"ok": False, "error": "call must be 'prepare' or 'unprepare'"}
-            fault = CallFault.from_json(dict(request.get("fault") or {}))
-            setattr(target.faults, call, fault)
-            return {"ok": True, "fault": fault.to_json()}
-        if op == "clear-faults":
+        case SetFaultRequest():
+            # A copy: the installed fault counts its failures down, the request stays what was asked.
+            fault = replace(request.fault)
+            if request.call is Call.PREPARE:
+                target.faults.prepare = fault
+            else:
+                target.faults.unprepare = fault
+            return {"ok": True, "fault": render_call_fault(fault)}
+        case ClearFaultsRequest():
             target.faults.clear()
             return {"ok": True}
-    except KeyError:
-        return {"ok": False, "error": f"health must be one of {', '.join(h.name.title() for h in Health)}"}
-    except (FakedevError, ValueError, TypeError) as exc:
-        return {"ok": False, "error": str(exc)}
-    return {"ok": False, "error": f"unknown op {op!r} (status, set-health, set-fault, clear-faults)"}
+
+
+def answer(line: bytes, target: ControlTarget) -> Reply:
+    """The reply to one request line; every mistake in it, or refusal of it, is an error reply."""
+    try:
+        return handle(parse_request_line(line), target)
+    except FakedevError as exc:  # ControlRequestError included
+        error: ErrorReply = {"ok": False, "error": str(exc)}
+        return error
 
 
 @dataclass(kw_only=True)
@@ -105,15 +117,12 @@ class ControlServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while line := await reader.readline():
-                try:
-                    answer = handle(json.loads(line), self.target)
-                except ValueError as exc:
-                    answer = {"ok": False, "error": f"not JSON: {exc}"}
+                reply = answer(line, self.target)
                 log.info(
                     "control",
-                    extra={"fields": {"request": line.decode(errors="replace").strip()[:200], "ok": answer.get("ok")}},
+                    extra={"fields": {"request": line.decode(errors="replace").strip()[:200], "ok": reply["ok"]}},
                 )
-                writer.write(json.dumps(answer).encode() + b"\n")
+                writer.write(render_reply_line(reply))
                 await writer.drain()
         except (ConnectionError, asyncio.LimitOverrunError, ValueError):
             pass
@@ -127,19 +136,3 @@ class ControlServer:
             self._server.close()
             await self._server.wait_closed()
         self.path.unlink(missing_ok=True)
-
-
-def call_control(path: Path, request: Mapping[str, Any], *, timeout: float = 10.0) -> dict[str, Any]:
-    """One JSON-lines request to a plugin's control socket, and its answer (OSError when it cannot be reached)."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(timeout)
-        s.connect(str(path))
-        s.sendall(json.dumps(request).encode() + b"\n")
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    answer: dict[str, Any] = json.loads(data)
-    return answer

@@ -2,7 +2,8 @@
 
 The runner is driver-agnostic. Faults that need a driver's or a node's cooperation (kill a plugin, reboot a node,
 report a device unhealthy, pull a NIC) go through a :class:`DrillEnvironment`; faults that are plain API or
-control-plane actions (DeviceTaintRules, stopping kube-apiserver or etcd) are done here.
+control-plane actions (DeviceTaintRules, stopping kube-apiserver or etcd) are done here. Which is which is the
+fault kind's :attr:`~harness.drills.scenario.FaultKind.performer`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,17 @@ from typing import Any, Final, Protocol
 from harness.cluster.local import LocalCluster
 from harness.drills.conditions import ConditionContext, evaluate
 from harness.drills.requirements import api_served, cluster_gates, missing_requirements
-from harness.drills.scenario import Scenario, Step
+from harness.drills.scenario import (
+    ConditionStep,
+    FaultKind,
+    FaultStep,
+    Performer,
+    Scenario,
+    Step,
+    StepKind,
+    TaintEffect,
+    WorkloadStep,
+)
 from harness.kube.manifests import apply_objects, load_manifests
 from harness.kube.waits import describe_pod
 from harness.node.layout import NodeLayout
@@ -36,6 +47,13 @@ from kubeclient.resources import (
 
 SAMPLE_SECONDS: Final = 0.25
 POLL_SECONDS: Final = 0.2
+_COMPONENTS: Final[Mapping[FaultKind, str]] = {
+    FaultKind.APISERVER_STOP: "kube-apiserver",
+    FaultKind.APISERVER_START: "kube-apiserver",
+    FaultKind.ETCD_STOP: "etcd",
+    FaultKind.ETCD_START: "etcd",
+}
+"""The control-plane component each component fault stops or starts."""
 _PLACEHOLDER: Final = re.compile(r"\{\{\s*(node|class|namespace)(?::([a-z0-9-]+))?\s*\}\}")
 
 Progress = Callable[[str], None]
@@ -50,8 +68,8 @@ class DrillEnvironment(Protocol):
 
     def stop_nodes(self) -> None: ...
 
-    def inject(self, step: Step, *, device: str | None) -> str:
-        """Do a node, driver or device fault (``device``: resolved from ``claim:`` when the step names one)."""
+    def inject(self, step: FaultStep, *, device: str | None) -> str:
+        """Do a fault the environment performs (``device``: resolved from ``claim:`` when the step names one)."""
         ...
 
     def pod_logs(self, namespace: str, name: str) -> str: ...
@@ -202,7 +220,7 @@ class DrillRun:
                 StepResult(
                     index=step.index,
                     line=step.line,
-                    kind=step.kind,
+                    kind=step.kind.value,
                     title=step.title,
                     outcome=outcome,
                     message=message,
@@ -224,42 +242,41 @@ class DrillRun:
         )
 
     def _do(self, step: Step) -> str:
-        body = step.body
-        if step.kind == "apply":
-            names = [body["apply"]] if isinstance(body["apply"], str) else list(body["apply"])
-            for w in names:
-                for obj in apply_objects(self.client, self.objects(w), namespace=self.namespace):
-                    res = resource_for(api_version=obj["apiVersion"], kind=obj["kind"])
-                    if not res.namespaced:  # the namespace's deletion will not take these along
-                        self._cluster_objects.append((res, obj["metadata"]["name"]))
-            return f"applied {', '.join(names)}"
-        if step.kind == "delete":
-            names = [body["delete"]] if isinstance(body["delete"], str) else list(body["delete"])
-            for w in names:
-                for obj in self.objects(w):
-                    res = resource_for(api_version=obj["apiVersion"], kind=obj["kind"])
-                    ns = self.namespace if res.namespaced else None
-                    grace = 1 if res is PODS else None
-                    self.client.delete(res, obj["metadata"]["name"], namespace=ns, grace_seconds=grace)
-            return f"deleted {', '.join(names)}"
-        if step.kind == "assert":
-            seen = evaluate(self._rendered(body["assert"]), self._context())
-            if seen is not None:
-                raise StepFailed(seen)
-            return "holds"
-        if step.kind == "wait":
-            return self._wait(step)
-        return self._fault(step)
+        match step:
+            case WorkloadStep(kind=StepKind.APPLY):
+                for w in step.workloads:
+                    for obj in apply_objects(self.client, self.objects(w), namespace=self.namespace):
+                        res = resource_for(api_version=obj["apiVersion"], kind=obj["kind"])
+                        if not res.namespaced:  # the namespace's deletion will not take these along
+                            self._cluster_objects.append((res, obj["metadata"]["name"]))
+                return f"applied {', '.join(step.workloads)}"
+            case WorkloadStep():
+                for w in step.workloads:
+                    for obj in self.objects(w):
+                        res = resource_for(api_version=obj["apiVersion"], kind=obj["kind"])
+                        ns = self.namespace if res.namespaced else None
+                        grace = 1 if res is PODS else None
+                        self.client.delete(res, obj["metadata"]["name"], namespace=ns, grace_seconds=grace)
+                return f"deleted {', '.join(step.workloads)}"
+            case ConditionStep(kind=StepKind.ASSERT):
+                seen = evaluate(self._rendered(step.condition), self._context())
+                if seen is not None:
+                    raise StepFailed(seen)
+                return "holds"
+            case ConditionStep():
+                return self._wait(step)
+            case FaultStep():
+                return self._fault(step)
 
     def _rendered(self, condition: Mapping[str, Any]) -> dict[str, Any]:
         """Placeholders work in conditions too (names of cluster-scoped objects made per drill)."""
         return {k: self.render(v) if isinstance(v, str) else v for k, v in condition.items()}
 
-    def _wait(self, step: Step) -> str:
+    def _wait(self, step: ConditionStep) -> str:
         deadline = time.monotonic() + step.timeout
         started = time.monotonic()
         while True:
-            seen = evaluate(self._rendered(step.body["wait"]), self._context())
+            seen = evaluate(self._rendered(step.condition), self._context())
             if seen is None:
                 return f"after {time.monotonic() - started:.1f}s"
             if time.monotonic() >= deadline:
@@ -276,38 +293,50 @@ class DrillRun:
             return f" (pods not described: {exc})"
         return f" — {'; '.join(said)}" if said else ""
 
-    def _device_of(self, step: Step) -> str | None:
+    def _device_of(self, step: FaultStep) -> str | None:
         """The device a fault targets: named directly, or the one the scheduler gave a claim."""
-        if "device" in step.body:
-            return str(step.body["device"])
-        if "claim" not in step.body:
+        if step.device is not None:
+            return step.device
+        if step.claim is None:
             return None
-        claim = self.client.get(RESOURCE_CLAIMS, step.body["claim"], namespace=self.namespace)
+        claim = self.client.get(RESOURCE_CLAIMS, step.claim, namespace=self.namespace)
         results = ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or []
-        request = step.body.get("request")
         for r in results:
-            if request is None or r["request"] == request:
+            if step.request is None or r["request"] == step.request:
                 return str(r["device"])
-        raise StepFailed(f"claim {step.body['claim']} has no allocated device")
+        raise StepFailed(f"claim {step.claim} has no allocated device")
 
-    def _fault(self, step: Step) -> str:
-        kind = str(step.body[step.kind])
+    def _fault(self, step: FaultStep) -> str:
         assert self.result is not None
-        self.result.faults.append((self._now(), f"{step.kind} {kind}"))
-        if kind in ("taint-rule", "taint-rule-remove"):
-            return self._taint_rule(step, remove=kind == "taint-rule-remove")
-        if kind.startswith(("apiserver-", "etcd-")):
-            return self._component(kind)
-        return self.env.inject(step, device=self._device_of(step))
+        self.result.faults.append((self._now(), f"{step.kind} {step.fault}"))
+        if step.fault.performer is Performer.ENVIRONMENT:
+            return self.env.inject(step, device=self._device_of(step))
+        match step.fault:
+            case FaultKind.TAINT_RULE:
+                return self._taint_rule(step)
+            case FaultKind.TAINT_RULE_REMOVE:
+                return self._taint_rule_remove(step)
+            case FaultKind.APISERVER_STOP | FaultKind.ETCD_STOP:
+                return self._stop_component(step.fault)
+            case FaultKind.APISERVER_START | FaultKind.ETCD_START:
+                return self._start_component(step.fault)
+        raise StepFailed(f"the runner cannot do fault {step.fault}")
 
-    def _taint_rule(self, step: Step, *, remove: bool) -> str:
-        name = f"{self.namespace}-{step.body.get('rule', 'maintenance')}"
-        if remove:
-            self.client.delete(DEVICE_TAINT_RULES, name)
-            return f"removed DeviceTaintRule {name}"
+    def _rule_name(self, step: FaultStep) -> str:
+        return f"{self.namespace}-{step.rule or 'maintenance'}"
+
+    def _taint_rule_remove(self, step: FaultStep) -> str:
+        name = self._rule_name(step)
+        self.client.delete(DEVICE_TAINT_RULES, name)
+        return f"removed DeviceTaintRule {name}"
+
+    def _taint_rule(self, step: FaultStep) -> str:
+        name = self._rule_name(step)
+        if step.driver is None:  # the scenario parser refuses this; a hand-made step may still lack it
+            raise StepFailed(f"{step.fault} needs driver:")
         device = self._device_of(step)
-        node = self.nodes.get(str(step.body.get("node")), "")
-        selector: dict[str, str] = {"driver": str(step.body["driver"])}
+        node = self.nodes.get(step.node, "") if step.node is not None else ""
+        selector: dict[str, str] = {"driver": step.driver}
         if node:
             selector["pool"] = node
         if device:
@@ -323,7 +352,7 @@ class DrillRun:
                     "taint": {
                         "key": "fakedev.io/maintenance",
                         "value": "drill",
-                        "effect": str(step.body.get("effect", "NoExecute")),
+                        "effect": (step.effect or TaintEffect.NO_EXECUTE).value,
                     },
                 },
             },
@@ -331,16 +360,23 @@ class DrillRun:
         self._rules.append(name)
         return f"DeviceTaintRule {name} on {selector}"
 
-    def _component(self, kind: str) -> str:
+    def _local(self, fault: FaultKind) -> LocalCluster:
         if self.cluster is None:
-            raise StepFailed(f"{kind} needs the local control plane (this drill is localOnly)")
-        name = "kube-apiserver" if kind.startswith("apiserver") else "etcd"
-        if kind.endswith("-stop"):
-            self._stopped.append(name)
-            self.cluster.stop_component(name, timeout=10)
-            return f"{name} stopped"
-        self.cluster.start_component(name)
-        self.cluster.wait_ready(names=(name,), timeout=60)
+            raise StepFailed(f"{fault} needs the local control plane (this drill is localOnly)")
+        return self.cluster
+
+    def _stop_component(self, fault: FaultKind) -> str:
+        cluster = self._local(fault)
+        name = _COMPONENTS[fault]
+        self._stopped.append(name)
+        cluster.stop_component(name, timeout=10)
+        return f"{name} stopped"
+
+    def _start_component(self, fault: FaultKind) -> str:
+        cluster = self._local(fault)
+        name = _COMPONENTS[fault]
+        cluster.start_component(name)
+        cluster.wait_ready(names=(name,), timeout=60)
         if name in self._stopped:
             self._stopped.remove(name)
         return f"{name} started and ready"

@@ -4,41 +4,104 @@ A scenario names its nodes (profile, drivers), DeviceClasses, workloads (manifes
 ``{{class:NAME}}`` and ``{{namespace}}`` placeholders), and an ordered list of steps: ``apply``, ``delete``,
 ``wait`` (a condition within a timeout), ``assert`` (a condition now), ``fault`` and ``recover``. ``expect`` says in
 plain words what a correct cluster does.
+
+Steps are typed per kind: :class:`WorkloadStep` (apply, delete), :class:`ConditionStep` (wait, assert) and
+:class:`FaultStep` (fault, recover), whose :class:`FaultKind` says who performs it (:attr:`FaultKind.performer`).
 """
 
 from __future__ import annotations
 
+import enum
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal, TypeVar
 
 import yaml
 
 from harness.errors import ScenarioError as ScenarioError
 
-FAULTS: Final = (
-    "driver-kill",
-    "driver-hang",
-    "driver-resume",
-    "driver-restart",
-    "driver-socket-remove",
-    "node-reboot",
-    "device-health",
-    "prepare-fault",
-    "clear-faults",
-    "taint-rule",
-    "taint-rule-remove",
-    "apiserver-stop",
-    "apiserver-start",
-    "etcd-stop",
-    "etcd-start",
-    "nic-unplug",
-    "nic-replug",
-)
+_E = TypeVar("_E", bound=enum.StrEnum)
+
 CONDITIONS: Final = ("pod", "pods", "claim", "slices", "event", "kubevirt", "field")
-STEP_KINDS: Final = ("apply", "delete", "wait", "assert", "fault", "recover")
 DEFAULT_TIMEOUT: Final = 60.0
+
+
+class StepKind(enum.StrEnum):
+    APPLY = "apply"
+    DELETE = "delete"
+    WAIT = "wait"
+    ASSERT = "assert"
+    FAULT = "fault"
+    RECOVER = "recover"
+    """The same as fault; reads better for undoing one."""
+
+
+class Performer(enum.StrEnum):
+    """Who makes a fault happen."""
+
+    RUNNER = "runner"
+    """API-level and control-plane faults: plain API calls or stopping a component, no driver involved."""
+    ENVIRONMENT = "environment"
+    """Node, driver, device and NIC faults: they need the driver's or the node's cooperation."""
+
+
+class FaultKind(enum.StrEnum):
+    DRIVER_KILL = "driver-kill"
+    DRIVER_HANG = "driver-hang"
+    DRIVER_RESUME = "driver-resume"
+    DRIVER_RESTART = "driver-restart"
+    DRIVER_SOCKET_REMOVE = "driver-socket-remove"
+    NODE_REBOOT = "node-reboot"
+    DEVICE_HEALTH = "device-health"
+    PREPARE_FAULT = "prepare-fault"
+    CLEAR_FAULTS = "clear-faults"
+    TAINT_RULE = "taint-rule"
+    TAINT_RULE_REMOVE = "taint-rule-remove"
+    APISERVER_STOP = "apiserver-stop"
+    APISERVER_START = "apiserver-start"
+    ETCD_STOP = "etcd-stop"
+    ETCD_START = "etcd-start"
+    NIC_UNPLUG = "nic-unplug"
+    NIC_REPLUG = "nic-replug"
+
+    @property
+    def performer(self) -> Performer:
+        return Performer.RUNNER if self in _RUNNER_FAULTS else Performer.ENVIRONMENT
+
+    @property
+    def targets_a_device(self) -> bool:
+        """The fault acts on one device, named by ``device:`` or found through ``claim:``."""
+        return self in (FaultKind.DEVICE_HEALTH, FaultKind.NIC_UNPLUG, FaultKind.NIC_REPLUG)
+
+
+_RUNNER_FAULTS: Final = frozenset(
+    {
+        FaultKind.TAINT_RULE,
+        FaultKind.TAINT_RULE_REMOVE,
+        FaultKind.APISERVER_STOP,
+        FaultKind.APISERVER_START,
+        FaultKind.ETCD_STOP,
+        FaultKind.ETCD_START,
+    }
+)
+
+
+class DeviceState(enum.StrEnum):
+    """A device's health as a ``device-health`` fault reports it."""
+
+    HEALTHY = "Healthy"
+    UNHEALTHY = "Unhealthy"
+    UNKNOWN = "Unknown"
+
+
+class TaintEffect(enum.StrEnum):
+    """The effect of a device taint (``taint:`` of device-health, ``effect:`` of taint-rule)."""
+
+    NO_SCHEDULE = "NoSchedule"
+    NO_EXECUTE = "NoExecute"
+    NONE = "None"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,14 +125,57 @@ class ClassSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Step:
+class StepBase:
+    """What every step has: its position, a title for progress and reports, and a timeout."""
+
     index: int
     line: int
-    kind: str
     title: str
-    body: Mapping[str, Any]
-    """The step's own keys (condition, fault arguments, workload names)."""
     timeout: float = DEFAULT_TIMEOUT
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkloadStep(StepBase):
+    """``apply`` or ``delete`` the objects of one or more workloads."""
+
+    kind: Literal[StepKind.APPLY, StepKind.DELETE]
+    workloads: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConditionStep(StepBase):
+    """``wait`` for a condition (within the timeout) or ``assert`` it now."""
+
+    kind: Literal[StepKind.WAIT, StepKind.ASSERT]
+    condition: Mapping[str, Any]
+    """One of the condition keys (``pod``, ``claims``, …) and its options, as :mod:`harness.drills.conditions` reads."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FaultStep(StepBase):
+    """``fault`` or ``recover``: one fault and the fields it uses; None is "not given" (the performer's default)."""
+
+    kind: Literal[StepKind.FAULT, StepKind.RECOVER]
+    fault: FaultKind
+    node: str | None = None
+    """A scenario node name (default: the first node)."""
+    driver: str | None = None
+    device: str | None = None
+    claim: str | None = None
+    """A claim in the drill namespace: the fault targets the device allocated to it."""
+    request: str | None = None
+    """Which request of ``claim`` (default: its first allocated device)."""
+    state: DeviceState | None = None
+    taint: TaintEffect | None = None
+    message: str | None = None
+    fail_times: int | None = None
+    delay_seconds: float | None = None
+    error: str | None = None
+    rule: str | None = None
+    effect: TaintEffect | None = None
+
+
+Step = WorkloadStep | ConditionStep | FaultStep
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -144,6 +250,13 @@ class _Node:
             raise self.fail("must be a number")
         return float(value)
 
+    def choice(self, values: type[_E]) -> _E:
+        value = self.string() if isinstance(self.node, yaml.ScalarNode) and self.node.tag.endswith(":str") else None
+        for v in values:
+            if v.value == value:
+                return v
+        raise self.fail(f"must be one of {', '.join(v.value for v in values)}")
+
     def boolean(self) -> bool:
         value = self.plain()
         if not isinstance(value, bool):
@@ -154,80 +267,160 @@ class _Node:
         return yaml.safe_load(yaml.serialize(self.node))
 
 
+_FAULT_FIELDS: Final = frozenset(
+    {
+        "node",
+        "driver",
+        "device",
+        "claim",
+        "request",
+        "state",
+        "taint",
+        "message",
+        "failTimes",
+        "delaySeconds",
+        "error",
+        "rule",
+        "effect",
+    }
+)
+_CONDITION_FIELDS: Final = frozenset(
+    {
+        *CONDITIONS,
+        "phase",
+        "evicted",
+        "deleted",
+        "log",
+        "health",
+        "restarts",
+        "allocated",
+        "count",
+        "min",
+        "tainted",
+        "reason",
+        "contains",
+        "object",
+        "prefix",
+        "absent",
+        "node",
+        "driver",
+        "scheduled",
+        "request",
+        "extendedClass",
+        "sameAttribute",
+        "networkIn",
+        "devices",
+        "attribute",
+        "path",
+        "equals",
+        "length",
+    }
+)
+
+
 def _step(n: _Node, index: int) -> Step:
-    fields = n.mapping(
-        allowed={
-            *STEP_KINDS,
-            "name",
-            "timeout",
-            "node",
-            "driver",
-            "device",
-            "state",
-            "taint",
-            "message",
-            "failTimes",
-            "delaySeconds",
-            "error",
-            "rule",
-            "effect",
-            "claim",
-            "request",
-        }
-    )
-    kinds = [k for k in STEP_KINDS if k in fields]
+    fields = n.mapping(allowed={*StepKind, "name", "timeout", *_FAULT_FIELDS})
+    kinds = [k.value for k in StepKind if k in fields]
     if len(kinds) != 1:
-        raise n.fail(f"a step has exactly one of {', '.join(STEP_KINDS)} (found {kinds or 'none'})")
-    kind = kinds[0]
-    body = {k: v.plain() for k, v in fields.items() if k not in ("name", "timeout")}
+        raise n.fail(f"a step has exactly one of {', '.join(StepKind)} (found {kinds or 'none'})")
+    kind = StepKind(kinds[0])
     what = fields[kind]
-    if kind in ("fault", "recover"):
-        fault = what.string()
-        if fault not in FAULTS:
-            raise what.fail(f"unknown fault {fault!r} (known: {', '.join(FAULTS)})")
-    elif kind in ("wait", "assert"):
-        cond = what.mapping(
-            allowed={
-                *CONDITIONS,
-                "phase",
-                "evicted",
-                "deleted",
-                "log",
-                "health",
-                "restarts",
-                "allocated",
-                "count",
-                "min",
-                "tainted",
-                "reason",
-                "contains",
-                "object",
-                "prefix",
-                "absent",
-                "node",
-                "driver",
-                "scheduled",
-                "request",
-                "extendedClass",
-                "sameAttribute",
-                "networkIn",
-                "devices",
-                "attribute",
-                "path",
-                "equals",
-                "length",
-            }
-        )
+    title = str(fields["name"].string() if "name" in fields else f"{kind} {what.plain()}")[:120]
+    timeout = fields["timeout"].number() if "timeout" in fields else DEFAULT_TIMEOUT
+    if kind in (StepKind.FAULT, StepKind.RECOVER):
+        return _fault_step(fields, kind=kind, index=index, line=n.line, title=title, timeout=timeout)
+    for name, field_node in fields.items():
+        if name in _FAULT_FIELDS:
+            raise field_node.fail("only a fault or recover step takes this field")
+    if kind in (StepKind.WAIT, StepKind.ASSERT):
+        cond = what.mapping(allowed=set(_CONDITION_FIELDS))
         present = [c for c in CONDITIONS if c in cond]
         if len(present) != 1:
             raise what.fail(f"a condition names exactly one of {', '.join(CONDITIONS)} (found {present or 'none'})")
-    elif kind in ("apply", "delete"):
-        value = what.plain()
-        if not isinstance(value, (str, list)):
-            raise what.fail("names a workload (or a list of workloads)")
-    title = fields["name"].string() if "name" in fields else f"{kind} {what.plain()}"
-    timeout = fields["timeout"].number() if "timeout" in fields else DEFAULT_TIMEOUT
-    return Step(index=index, line=n.line, kind=kind, title=str(title)[:120], body=body, timeout=timeout)
+        return ConditionStep(
+            index=index,
+            line=n.line,
+            title=title,
+            timeout=timeout,
+            kind=kind,
+            condition=what.plain(),
+        )
+    if isinstance(what.node, yaml.SequenceNode):
+        workloads = tuple(w.string() for w in what.sequence())
+    elif isinstance(what.node, yaml.ScalarNode) and what.node.tag.endswith(":str"):
+        workloads = (what.string(),)
+    else:
+        raise what.fail("names a workload (or a list of workloads)")
+    return WorkloadStep(
+        index=index,
+        line=n.line,
+        title=title,
+        timeout=timeout,
+        kind=kind,
+        workloads=workloads,
+    )
+
+
+def _fault_step(
+    fields: Mapping[str, _Node],
+    *,
+    kind: Literal[StepKind.FAULT, StepKind.RECOVER],
+    index: int,
+    line: int,
+    title: str,
+    timeout: float,
+) -> FaultStep:
+    what = fields[kind]
+    name = what.string()
+    try:
+        fault = FaultKind(name)
+    except ValueError:
+        raise what.fail(f"unknown fault {name!r} (known: {', '.join(FaultKind)})") from None
+
+    def text(key: str) -> str | None:
+        return fields[key].string() if key in fields else None
+
+    def effect(key: str) -> TaintEffect | None:
+        return fields[key].choice(TaintEffect) if key in fields else None
+
+    fail_times = None
+    if "failTimes" in fields:
+        value = fields["failTimes"].plain()
+        if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+            raise fields["failTimes"].fail("must be a whole number >= -1 (-1: every call until cleared)")
+        fail_times = value
+    delay = None
+    if "delaySeconds" in fields:
+        delay = fields["delaySeconds"].number()
+        if not math.isfinite(delay) or delay < 0:
+            raise fields["delaySeconds"].fail("must be a finite number of seconds >= 0")
+    step = FaultStep(
+        index=index,
+        line=line,
+        title=title,
+        timeout=timeout,
+        kind=kind,
+        fault=fault,
+        node=text("node"),
+        driver=text("driver"),
+        device=text("device"),
+        claim=text("claim"),
+        request=text("request"),
+        state=fields["state"].choice(DeviceState) if "state" in fields else None,
+        taint=effect("taint"),
+        message=text("message"),
+        fail_times=fail_times,
+        delay_seconds=delay,
+        error=text("error"),
+        rule=text("rule"),
+        effect=effect("effect"),
+    )
+    # What a fault cannot do without; the performers would otherwise fail only once the drill got there.
+    if fault.targets_a_device and step.device is None and step.claim is None:
+        raise what.fail(f"{fault} needs device: or claim:")
+    if fault is FaultKind.TAINT_RULE and step.driver is None:
+        raise what.fail(f"{fault} needs driver:")
+    return step
 
 
 def parse_scenario(text: str, *, source: str) -> Scenario:
@@ -303,12 +496,12 @@ def parse_scenario(text: str, *, source: str) -> Scenario:
     steps = tuple(_step(s, i) for i, s in enumerate(top["steps"].sequence()))
     node_names = {n.name for n in nodes}
     for s in steps:
-        if s.kind in ("apply", "delete"):
-            for w in [s.body[s.kind]] if isinstance(s.body[s.kind], str) else s.body[s.kind]:
-                if w not in workloads:
-                    raise ScenarioError(f"{source}:{s.line}: steps[{s.index}].{s.kind}: unknown workload {w!r}")
-        if "node" in s.body and s.body["node"] not in node_names:
-            raise ScenarioError(f"{source}:{s.line}: steps[{s.index}].node: unknown node {s.body['node']!r}")
+        if isinstance(s, WorkloadStep):
+            for workload in s.workloads:
+                if workload not in workloads:
+                    raise ScenarioError(f"{source}:{s.line}: steps[{s.index}].{s.kind}: unknown workload {workload!r}")
+        if isinstance(s, FaultStep) and s.node is not None and s.node not in node_names:
+            raise ScenarioError(f"{source}:{s.line}: steps[{s.index}].node: unknown node {s.node!r}")
     return Scenario(
         path=Path(source),
         name=top["name"].string(),

@@ -20,7 +20,7 @@ from harness.cluster.config import DRA_FEATURE_GATES, RUNTIME_CONFIG, ClusterSet
 from harness.cluster.local import LocalCluster, local_cluster
 from harness.drills.report import render_html
 from harness.drills.runner import DrillResult, run_drills
-from harness.drills.scenario import Scenario, load_scenario, parse_scenario
+from harness.drills.scenario import ConditionStep, Scenario, load_scenario, parse_scenario
 from harness.errors import ScenarioError
 
 pytestmark = [pytest.mark.cluster, pytest.mark.privileged, pytest.mark.slow]
@@ -61,9 +61,9 @@ def broken_variant(scenario: Scenario) -> tuple[Scenario, int]:
         target = next(i for i in range(recover, len(steps)) if steps[i].kind in ("wait", "assert"))
     else:
         target = max(i for i, s in enumerate(steps) if s.kind == "wait")
-        body = dict(steps[target].body)
-        body["wait"] = _unreachable(dict(body["wait"]))
-        steps[target] = dataclasses.replace(steps[target], body=body)
+        wait = steps[target]
+        assert isinstance(wait, ConditionStep)
+        steps[target] = dataclasses.replace(wait, condition=_unreachable(dict(wait.condition)))
     steps = [
         dataclasses.replace(s, index=i, timeout=min(s.timeout, 5.0) if i >= target else s.timeout)
         for i, s in enumerate(steps)

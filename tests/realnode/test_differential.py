@@ -29,9 +29,10 @@ from typing import Any, TypeVar, cast
 import pytest
 
 from fakedev.cli.rig import plugin_command
+from fakedev.faults import CallFault
 from fakedev.plugin.calls import read_calls
-from fakedev.plugin.control import call_control
 from fakedev.plugin.paths import PluginPaths
+from fakedev.plugin.protocol import Call, ControlClient, HealthState
 from harness.cluster.local import LocalCluster
 from harness.cluster.nodes import delete_node
 from harness.kube.waits import wait_list, wait_object, wait_pod_phase
@@ -125,9 +126,10 @@ class Side:
             for r in read_calls(self.call_records)
         ]
 
-    def control(self, request: Mapping[str, Any]) -> None:
-        answer = call_control(PluginPaths(kubelet_root=self.kubelet_root, driver=DRIVER).control_socket, request)
-        assert answer.get("ok"), answer
+    @property
+    def control(self) -> ControlClient:
+        """The current plugin instance's control socket (a refused request raises)."""
+        return ControlClient(path=PluginPaths(kubelet_root=self.kubelet_root, driver=DRIVER).control_socket)
 
 
 def registration_set(calls: list[tuple[str, int]]) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
@@ -379,11 +381,11 @@ def test_an_unhealthy_device_shows_in_the_containers_allocated_resources_status_
         observed: dict[str, Any] = {
             "before": health_of(wait_object(kube, PODS, name, namespace=test_namespace, predicate=reported("Healthy")))
         }
-        side.control({"op": "set-health", "device": device, "health": "Unhealthy", "message": "XID 79"})
+        side.control.set_health(device=device, health=HealthState.UNHEALTHY, message="XID 79")
         pod = wait_object(kube, PODS, name, namespace=test_namespace, predicate=reported("Unhealthy"), timeout=60)
         observed["unhealthy"] = health_of(pod)
         observed["phase_while_unhealthy"] = pod["status"]["phase"]
-        side.control({"op": "set-health", "device": device, "health": "Healthy"})
+        side.control.set_health(device=device, health=HealthState.HEALTHY)
         pod = wait_object(kube, PODS, name, namespace=test_namespace, predicate=reported("Healthy"), timeout=60)
         observed["healthy_again"] = health_of(pod)
         _delete_pod(kube, side, name=name, namespace=test_namespace, unprepared_before=unprepared)
@@ -401,11 +403,11 @@ def test_a_failing_prepare_is_reported_and_retried_alike(
         name = f"failing-{side.tag}"
         before = len(side.calls())
         unprepared = side.calls().count(("NodeUnprepareResources", 1))
-        side.control({"op": "set-fault", "call": "prepare", "fault": {"failTimes": 1, "error": INJECTED}})
+        side.control.set_fault(call=Call.PREPARE, fault=CallFault(fail_times=1, error=INJECTED))
         try:
             _claim, names = _run_pod(kube, side, name=name, namespace=test_namespace, template=template)
         finally:
-            side.control({"op": "clear-faults"})
+            side.control.clear_faults()
         events = kube.list(EVENTS, namespace=test_namespace, field_selector=f"involvedObject.name={name}")
         observed: dict[str, Any] = {
             "warnings": sorted(

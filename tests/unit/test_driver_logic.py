@@ -13,7 +13,12 @@ from fakedev.driver.claims import check_claim_ref, compute_claim_plan
 from fakedev.driver.config import GPU_KINDS, NIC_KINDS, merge_configs, parse_config
 from fakedev.errors import CheckpointError, ClaimError
 from fakedev.faults import CallFault, Faults
-from fakedev.plugin.control import ControlTarget, handle
+from fakedev.model.inventory import resolve_inventory
+from fakedev.plugin.control import ControlTarget, answer
+from fakedev.plugin.devices import DeviceBoard
+from fakedev.plugin.protocol import Call, SetFaultRequest, StatusBody, render_call_fault, render_request_line
+from fakedev.profiles import load_profile
+from fakedev.render import Schema
 
 
 def _claim(**status: Any) -> dict[str, Any]:
@@ -235,18 +240,52 @@ def test_call_fault_fails_n_times() -> None:
     assert [fault.apply(), fault.apply(), fault.apply()] == ["boom", "boom", None]
 
 
+def _target(faults: Faults) -> ControlTarget:
+    """A control target over the seed-example node's real device board; status is a fixed answer."""
+    inventory = resolve_inventory(load_profile("seed-example"), node_name="n1")
+    board = DeviceBoard.build(
+        inventory=inventory, schema=Schema.EXAMPLE, driver="gpu.example.com", node_name="n1", health_timeout_seconds=30
+    )
+
+    def status() -> StatusBody:
+        return {
+            "driver": "gpu.example.com",
+            "node": "n1",
+            "devices": board.status(),
+            "registration": {"registered": True, "error": "", "notifications": 1},
+            "claims": [],
+            "faults": {"prepare": render_call_fault(faults.prepare), "unprepare": render_call_fault(faults.unprepare)},
+            "sliceGeneration": 1,
+            "healthSubscribers": 0,
+            "udevEvents": 0,
+        }
+
+    return ControlTarget(status=status, set_health=board.set_health, faults=faults)
+
+
 @pytest.mark.parametrize(
-    ("request_", "error"),
+    ("line", "error"),
     [
-        ("nope", "a request is a JSON object"),
-        ({"op": "dance"}, "unknown op"),
-        ({"op": "set-health", "device": "gpu-0", "health": "Sick"}, "health must be one of"),
-        ({"op": "set-fault", "call": "prepare", "fault": {"delaySeconds": -1}}, "must be >= 0"),
-        ({"op": "set-fault", "call": "prepare", "fault": {"bogus": 1}}, "unknown fault field"),
+        (b'"nope"\n', "a request is a JSON object"),
+        (b'{"op": "dance"}\n', "unknown op"),
+        (b'{"op": "set-health", "device": "gpu-0", "health": "Sick"}\n', "health must be one of"),
+        (b'{"op": "set-health", "device": "gpu-99", "health": "Unhealthy"}\n', "'gpu-99' is not published"),
+        (b'{"op": "set-fault", "call": "prepare", "fault": {"delaySeconds": -1}}\n', "must be a finite number >= 0"),
+        (b'{"op": "set-fault", "call": "prepare", "fault": {"bogus": 1}}\n', "unknown field(s) 'bogus'"),
     ],
-    ids=["not-object", "unknown-op", "bad-health", "negative-delay", "unknown-field"],
+    ids=["not-object", "unknown-op", "bad-health", "refused-by-target", "negative-delay", "unknown-field"],
 )
-def test_control_requests_are_validated(request_: Any, error: str) -> None:
-    target = ControlTarget(status=dict, set_health=lambda **_: None, faults=Faults())
-    answer = handle(request_, target)
-    assert answer["ok"] is False and error in answer["error"]
+def test_control_requests_are_validated(line: bytes, error: str) -> None:
+    reply = answer(line, _target(Faults()))
+    assert reply["ok"] is False and error in reply["error"]
+
+
+def test_an_installed_call_fault_counts_down_and_the_request_stays_as_asked() -> None:
+    faults = Faults()
+    request = SetFaultRequest(call=Call.UNPREPARE, fault=CallFault(fail_times=1, error="boom"))
+    reply = answer(render_request_line(request), _target(faults))
+    assert reply == {"ok": True, "fault": {"delaySeconds": 0.0, "failTimes": 1, "error": "boom"}}
+    assert [faults.unprepare.apply(), faults.unprepare.apply(), faults.prepare.apply()] == ["boom", None, None]
+    assert request.fault.fail_times == 1
+    assert answer(b'{"op": "clear-faults"}\n', _target(faults)) == {"ok": True}
+    assert faults == Faults()

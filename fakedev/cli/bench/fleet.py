@@ -104,8 +104,8 @@ async def run_fleet(args: argparse.Namespace) -> None:
 
     async def start(name: str) -> None:
         root = args.base / str(names.index(name))  # short: socket paths under it are limited to 107 bytes
-        app = PluginApp(
-            settings=PluginSettings(
+        app = await PluginApp.build(
+            PluginSettings(
                 profile=args.profile,
                 node_name=name,
                 schema=Schema.NVIDIA,
