@@ -42,6 +42,23 @@ class Health(enum.IntEnum):
     UNHEALTHY = 2
 
 
+class HealthState(enum.StrEnum):
+    """A device's health as people and the API spell it (the kubelet's ``allocatedResourcesStatus``, drills, the
+    plugin's control socket); :attr:`health` is the health stream's value."""
+
+    HEALTHY = "Healthy"
+    UNHEALTHY = "Unhealthy"
+    UNKNOWN = "Unknown"
+
+    @property
+    def health(self) -> Health:
+        return Health[self.name]
+
+    @classmethod
+    def of(cls, health: Health) -> HealthState:
+        return cls[health.name]
+
+
 @dataclass(frozen=True, kw_only=True)
 class DeviceHealth:
     pool: str

@@ -10,40 +10,28 @@ import contextlib
 import shutil
 import signal
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
 
 from fakedev.cli.rig import FakeNodeRig, RigSite, RigSpec, remove_fabric
 from fakedev.errors import ControlError, ControlRefusedError
 from fakedev.faults import CallFault
 from fakedev.nics import hardware
-from fakedev.plugin.protocol import Call, ControlClient, HealthState, TaintEffect
+from fakedev.plugin.protocol import Call, ControlClient
 from fakedev.render import Schema
 from harness.cluster.nodes import DEFAULT_CAPACITY
 from harness.drills.runner import StepFailed
-from harness.drills.scenario import DeviceState, FaultKind, FaultStep, NodeSpec, Scenario
-from harness.drills.scenario import TaintEffect as ScenarioTaintEffect
+from harness.drills.scenario import FaultKind, FaultStep, NodeSpec, Scenario
 from harness.node.background import BackgroundLoop
 from harness.node.drivers import DriverProcess
 from harness.node.layout import NodeLayout, node_run_id
 from harness.reaper import reap_all
 from kubeclient import KubeClient
 from kubeclient.resources import RESOURCE_SLICES
+from kubeletapi.types import HealthState
 
 DRIVER_OF_SCHEMA = {s.value: s.driver for s in Schema}
-# The harness may not import fakedev, so a scenario spells health and taint effects with its own enums.
-HEALTH_OF_STATE: Final[Mapping[DeviceState, HealthState]] = {
-    DeviceState.HEALTHY: HealthState.HEALTHY,
-    DeviceState.UNHEALTHY: HealthState.UNHEALTHY,
-    DeviceState.UNKNOWN: HealthState.UNKNOWN,
-}
-EFFECT_OF_TAINT: Final[Mapping[ScenarioTaintEffect, TaintEffect]] = {
-    ScenarioTaintEffect.NO_SCHEDULE: TaintEffect.NO_SCHEDULE,
-    ScenarioTaintEffect.NO_EXECUTE: TaintEffect.NO_EXECUTE,
-    ScenarioTaintEffect.NONE: TaintEffect.NONE,
-}
 
 
 def _profile_path(profile: str, *, scenario: Scenario) -> str:
@@ -195,13 +183,13 @@ class FakedevDrillEnvironment:
             case FaultKind.DEVICE_HEALTH:
                 if device is None:
                     raise StepFailed("device-health needs device: or claim:")
-                health = HEALTH_OF_STATE[step.state or DeviceState.UNHEALTHY]
+                health = step.state or HealthState.UNHEALTHY
                 with self._as_step_failure(driver):
                     self._control(node, driver).set_health(
                         device=device,
                         health=health,
                         message="drill" if step.message is None else step.message,
-                        taint=None if step.taint is None else EFFECT_OF_TAINT[step.taint],
+                        taint=step.taint,
                     )
                 return f"{device} on {node.logical} reported {health}"
             case FaultKind.PREPARE_FAULT:

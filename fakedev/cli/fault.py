@@ -22,10 +22,10 @@ from fakedev.plugin.protocol import (
     ControlClient,
     ErrorReply,
     FaultAckReply,
-    HealthState,
     StatusReply,
-    TaintEffect,
 )
+from kubeclient.values import TaintEffect
+from kubeletapi.types import HealthState
 
 DESCRIPTION = """\
 Talk to a running `fakedev plugin` through <kubelet-root>/plugins/<driver>/control.sock:

@@ -32,13 +32,14 @@ from fakedev.nics.watch import LinkWatcher
 from fakedev.plugin.control import ControlServer, ControlTarget, render_taint
 from fakedev.plugin.devices import DeviceBoard
 from fakedev.plugin.paths import PluginPaths
-from fakedev.plugin.protocol import StatusBody, TaintEffect, render_call_fault
+from fakedev.plugin.protocol import StatusBody, render_call_fault
 from fakedev.plugin.server import PluginServer
 from fakedev.profiles import load_profile
 from fakedev.publisher import SlicePublisher
 from fakedev.render import Schema, default_schemas
 from fakedev.sysfs import write_sysfs
 from kubeclient import Credentials, KubeClient
+from kubeclient.values import TaintEffect
 from kubeletapi.types import Health
 
 log = logging.getLogger("fakedev.plugin.app")

@@ -30,13 +30,13 @@ from fakedev.plugin.protocol import (
     StatusBody,
     StatusReply,
     StatusRequest,
-    TaintEffect,
     parse_request_line,
     render_call_fault,
     render_reply_line,
 )
 from fakedev.render.types import DeviceTaint
 from kubeclient.timestamps import render_time
+from kubeclient.values import TaintEffect
 from kubeletapi.types import Health
 
 log = logging.getLogger("fakedev.plugin.control")

@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from fakedev.errors import FakedevError
 from fakedev.model.inventory import NodeInventory
 from fakedev.plugin.health import HealthBoard
-from fakedev.plugin.protocol import DeviceStatusJson, HealthState
+from fakedev.plugin.protocol import DeviceStatusJson
 from fakedev.render import DeviceRef, PublishedDevice, RenderedNode, Schema, render_node
 from fakedev.render.pool import restamp_slices
 from fakedev.render.types import DeviceTaint
 from kubeclient import JsonObj
-from kubeletapi.types import Health
+from kubeletapi.types import Health, HealthState
 
 
 @dataclass(kw_only=True)

@@ -27,7 +27,8 @@ from typing import Final, Literal, NotRequired, TypedDict, cast
 from fakedev.errors import ControlError, ControlRefusedError, ControlRequestError, ControlUnreachableError
 from fakedev.faults import CallFault
 from fakedev.render.types import DeviceTaint
-from kubeletapi.types import Health
+from kubeclient.values import TaintEffect
+from kubeletapi.types import HealthState
 
 DEFAULT_TIMEOUT: Final = 10.0
 
@@ -44,30 +45,6 @@ class Call(enum.StrEnum):
 
     PREPARE = "prepare"
     UNPREPARE = "unprepare"
-
-
-class HealthState(enum.StrEnum):
-    """A device's health as the protocol spells it; :attr:`health` is the health stream's value."""
-
-    HEALTHY = "Healthy"
-    UNHEALTHY = "Unhealthy"
-    UNKNOWN = "Unknown"
-
-    @property
-    def health(self) -> Health:
-        return Health[self.name]
-
-    @classmethod
-    def of(cls, health: Health) -> HealthState:
-        return cls[health.name]
-
-
-class TaintEffect(enum.StrEnum):
-    """The effect of the taint a set-health puts on the device in its ResourceSlice."""
-
-    NO_SCHEDULE = "NoSchedule"
-    NO_EXECUTE = "NoExecute"
-    NONE = "None"
 
 
 # -- requests ----------------------------------------------------------------------------------------------------

@@ -28,7 +28,6 @@ from harness.drills.scenario import (
     Scenario,
     Step,
     StepKind,
-    TaintEffect,
     WorkloadStep,
 )
 from harness.kube.manifests import apply_objects, load_manifests
@@ -44,6 +43,7 @@ from kubeclient.resources import (
     Resource,
     resource_for,
 )
+from kubeclient.values import TaintEffect
 
 SAMPLE_SECONDS: Final = 0.25
 POLL_SECONDS: Final = 0.2

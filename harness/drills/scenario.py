@@ -20,7 +20,9 @@ from typing import Any, Final, Literal, TypeVar
 
 import yaml
 
-from harness.errors import ScenarioError as ScenarioError
+from harness.errors import ScenarioError
+from kubeclient.values import TaintEffect
+from kubeletapi.types import HealthState
 
 _E = TypeVar("_E", bound=enum.StrEnum)
 
@@ -88,22 +90,6 @@ _RUNNER_FAULTS: Final = frozenset(
 )
 
 
-class DeviceState(enum.StrEnum):
-    """A device's health as a ``device-health`` fault reports it."""
-
-    HEALTHY = "Healthy"
-    UNHEALTHY = "Unhealthy"
-    UNKNOWN = "Unknown"
-
-
-class TaintEffect(enum.StrEnum):
-    """The effect of a device taint (``taint:`` of device-health, ``effect:`` of taint-rule)."""
-
-    NO_SCHEDULE = "NoSchedule"
-    NO_EXECUTE = "NoExecute"
-    NONE = "None"
-
-
 @dataclass(frozen=True, kw_only=True)
 class NodeSpec:
     name: str
@@ -165,7 +151,7 @@ class FaultStep(StepBase):
     """A claim in the drill namespace: the fault targets the device allocated to it."""
     request: str | None = None
     """Which request of ``claim`` (default: its first allocated device)."""
-    state: DeviceState | None = None
+    state: HealthState | None = None
     taint: TaintEffect | None = None
     message: str | None = None
     fail_times: int | None = None
@@ -406,7 +392,7 @@ def _fault_step(
         device=text("device"),
         claim=text("claim"),
         request=text("request"),
-        state=fields["state"].choice(DeviceState) if "state" in fields else None,
+        state=fields["state"].choice(HealthState) if "state" in fields else None,
         taint=effect("taint"),
         message=text("message"),
         fail_times=fail_times,

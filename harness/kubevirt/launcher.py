@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, Final
 
-from harness.errors import LauncherError as LauncherError
+from harness.errors import LauncherError
 from harness.kubevirt.vmi import DraDevice
 
 ATTRIBUTES_ROOT: Final = PurePosixPath("/var/run/kubernetes.io/dra-device-attributes")

@@ -25,8 +25,7 @@ from typing import Any, Final
 import yaml
 
 import cdi
-from harness.errors import LauncherError
-from harness.errors import VerifyError as VerifyError
+from harness.errors import LauncherError, VerifyError
 from harness.kubevirt.launcher import (
     ATTRIBUTES_ROOT,
     PCI_BUS_ID,

@@ -10,7 +10,7 @@ from typing import Final
 import grpc
 from grpc import aio
 
-from harness.errors import DraCallError as DraCallError
+from harness.errors import DraCallError
 from kubeletapi import DRA_V1_VERSION, HEALTH_V1_VERSION
 from kubeletapi import dra_v1_pb2 as v1
 from kubeletapi import dra_v1_pb2_grpc as v1_grpc

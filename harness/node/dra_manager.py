@@ -20,9 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from harness.errors import CheckpointCorruptError as CheckpointCorruptError
-from harness.errors import DraCallError
-from harness.errors import PrepareError as PrepareError
+from harness.errors import CheckpointCorruptError, DraCallError, PrepareError
 from harness.node.plugins import PluginManager
 from harness.node.podclaims import compute_pod_claims
 from kubeclient import ApiError, KubeClient

@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 import cdi
-from harness.errors import ComponentError, HarnessError
-from harness.node.dra_manager import PrepareError
+from harness.errors import ComponentError, HarnessError, PrepareError
 from harness.node.events import FAILED_PREPARE, FAILED_PREPARE_PREFIX, FAILED_UNPREPARE, record_event
 from harness.node.layout import NodeLayout, PodLayout
 from harness.node.netdevices import apply_net_devices, release_net_devices

@@ -18,7 +18,7 @@ from typing import Final
 import grpc
 from grpc import aio
 
-from harness.errors import HandshakeError as HandshakeError
+from harness.errors import HandshakeError
 from kubeletapi import (
     DRA_PLUGIN_TYPE,
     DRA_V1_VERSION,

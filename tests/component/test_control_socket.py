@@ -22,14 +22,14 @@ from fakedev.plugin.devices import DeviceBoard
 from fakedev.plugin.protocol import (
     Call,
     ControlClient,
-    HealthState,
     StatusBody,
     StatusReply,
-    TaintEffect,
     render_call_fault,
 )
 from fakedev.profiles import load_profile
 from fakedev.render import Schema
+from kubeclient.values import TaintEffect
+from kubeletapi.types import HealthState
 
 T = TypeVar("T")
 

@@ -32,7 +32,7 @@ from fakedev.cli.rig import plugin_command
 from fakedev.faults import CallFault
 from fakedev.plugin.calls import read_calls
 from fakedev.plugin.paths import PluginPaths
-from fakedev.plugin.protocol import Call, ControlClient, HealthState
+from fakedev.plugin.protocol import Call, ControlClient
 from harness.cluster.local import LocalCluster
 from harness.cluster.nodes import delete_node
 from harness.kube.waits import wait_list, wait_object, wait_pod_phase
@@ -52,6 +52,7 @@ from kubeclient.resources import (
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
 )
+from kubeletapi.types import HealthState
 
 pytestmark = [pytest.mark.cluster, pytest.mark.privileged, pytest.mark.xdist_group(name="realnode")]
 REAL_NODE_ADDRESS = "127.0.0.2"

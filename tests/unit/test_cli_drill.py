@@ -8,8 +8,7 @@ import pytest
 
 from fakedev.cli.args import positive_count
 from fakedev.cli.drill import drill_set, repeated, shipped_scenario
-from fakedev.cli.drill_env import EFFECT_OF_TAINT, HEALTH_OF_STATE
-from harness.drills.scenario import DeviceState, TaintEffect, load_scenario
+from harness.drills.scenario import load_scenario
 
 
 def test_upstream_reproducers_are_shipped_but_not_in_the_set_that_must_pass() -> None:
@@ -44,13 +43,3 @@ def test_repeat_refuses_what_is_not_a_positive_count(text: str, error: str) -> N
     with pytest.raises(argparse.ArgumentTypeError, match=error):
         positive_count(text)
     assert positive_count("12") == 12
-
-
-@pytest.mark.parametrize("state", list(DeviceState), ids=[s.value for s in DeviceState])
-def test_every_scenario_health_state_is_sent_as_the_same_protocol_state(state: DeviceState) -> None:
-    assert HEALTH_OF_STATE[state].value == state.value
-
-
-@pytest.mark.parametrize("effect", list(TaintEffect), ids=[e.value for e in TaintEffect])
-def test_every_scenario_taint_effect_is_sent_as_the_same_protocol_effect(effect: TaintEffect) -> None:
-    assert EFFECT_OF_TAINT[effect].value == effect.value

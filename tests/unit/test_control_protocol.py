@@ -12,18 +12,17 @@ from fakedev.faults import CallFault
 from fakedev.plugin.protocol import (
     Call,
     ClearFaultsRequest,
-    HealthState,
     Request,
     SetFaultRequest,
     SetHealthRequest,
     StatusRequest,
-    TaintEffect,
     parse_request,
     parse_request_line,
     render_request,
     render_request_line,
 )
-from kubeletapi.types import Health
+from kubeclient.values import TaintEffect
+from kubeletapi.types import Health, HealthState
 
 ROUND_TRIPS: list[tuple[Request, object]] = [
     (StatusRequest(), {"op": "status"}),

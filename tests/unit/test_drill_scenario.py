@@ -9,17 +9,17 @@ import pytest
 
 from harness.drills.scenario import (
     ConditionStep,
-    DeviceState,
     FaultKind,
     FaultStep,
     Performer,
-    ScenarioError,
     StepKind,
-    TaintEffect,
     WorkloadStep,
     load_scenario,
     parse_scenario,
 )
+from harness.errors import ScenarioError
+from kubeclient.values import TaintEffect
+from kubeletapi.types import HealthState
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 HEAD = """\
@@ -101,7 +101,7 @@ def test_device_health_fields_are_typed() -> None:
         driver="gpu.example.com",
         claim="c",
         request="gpu",
-        state=DeviceState.UNKNOWN,
+        state=HealthState.UNKNOWN,
         taint=TaintEffect.NO_SCHEDULE,
         message="XID 79",
     )

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from harness.errors import LauncherError
 from harness.kubevirt.launcher import (
     ContainerFiles,
     HostDevice,
-    LauncherError,
     read_host_device,
     render_hostdev,
     request_dir,
