@@ -183,11 +183,20 @@ class NodeEmulator:
         """List+watch this node's pods in a thread and hand every change to the event loop."""
         selector = f"spec.nodeName={self.name}"
         version: str | None = None
+        failing_since: float | None = None
         while not self._stopping.is_set():
             try:
                 if version is None:
                     listing = self.client.request("GET", PODS.path(), query={"fieldSelector": selector})
                     version = listing["metadata"]["resourceVersion"]
+                    if failing_since is not None:
+                        log.warning(
+                            "pod watch back",
+                            extra={
+                                "fields": {"node": self.name, "after_s": round(time.monotonic() - failing_since, 1)}
+                            },
+                        )
+                        failing_since = None
                     self._post(self._sync_pods, {p["metadata"]["uid"]: p for p in listing.get("items") or []})
                 for event in self.client.watch(
                     PODS, field_selector=selector, resource_version=version, timeout_seconds=WATCH_SECONDS
@@ -206,7 +215,12 @@ class NodeEmulator:
             except ApiError as exc:
                 if self._stopping.is_set():
                     return
-                log.warning("pod watch failed; relisting", extra={"fields": {"node": self.name, "error": str(exc)}})
+                if failing_since is None:  # once per outage, not once a second for as long as it lasts
+                    failing_since = time.monotonic()
+                    log.warning(
+                        "pod watch failed; relisting every second until it works",
+                        extra={"fields": {"node": self.name, "error": str(exc)}},
+                    )
                 version = None
                 self._stopping.wait(1.0)
 

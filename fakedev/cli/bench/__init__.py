@@ -33,6 +33,7 @@ from typing import Any, Final
 
 from fakedev import __version__
 from fakedev.cli.args import positive_count
+from fakedev.cli.procfs import cpu_seconds, memory_mib
 from fakedev.cli.rig import NodeHardware, plugin_command, plugin_driver, remove_fabric
 from fakedev.errors import BenchError
 from fakedev.render import Schema, bench_render
@@ -49,7 +50,6 @@ from harness.procs import open_run_dir, wait_for
 from kubeclient.errors import KubeClientError
 
 from . import goprofile, plots, prepare, scale
-from .procfs import cpu_seconds, memory_mib
 from .stats import Ratio, ratio
 
 SECTIONS: Final = ("footprint", "prepare", "scale", "hints")

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from fakedev.cli.bench.procfs import memory_mib
+from fakedev.cli.procfs import memory_mib
 from fakedev.model.inventory import resolve_inventory
 from fakedev.plugin.app import PluginApp, PluginSettings
 from fakedev.plugin.tuning import tune_for_serving

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from fakedev.cli.bench.procfs import memory_mib
+from fakedev.cli.procfs import memory_mib
 from harness.cluster.nodes import register_node
 from harness.node.drivers import DriverContext, DriverProcess, DriverSpec
 from harness.node.emulator import DECLARED_FEATURES

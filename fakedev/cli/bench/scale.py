@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from fakedev.cli.bench.procfs import memory_mib
+from fakedev.cli.procfs import memory_mib
 from harness.errors import NotReadyError
 from harness.procs import Process, RunDir, start_process, wait_for
 from kubeclient import JsonObj, KubeClient

@@ -1,4 +1,4 @@
-"""What the benchmarks read of a process from /proc: its memory and the CPU time it has used."""
+"""What the benchmarks and soaks read of a process from /proc: memory, CPU time, open files, threads."""
 
 from __future__ import annotations
 
@@ -20,3 +20,16 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time a process has used so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def open_fds(pid: int | str = "self") -> int:
+    """How many file descriptors the process holds."""
+    return sum(1 for _ in Path(f"/proc/{pid}/fd").iterdir())
+
+
+def threads(pid: int | str = "self") -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key == "Threads":
+            return int(value)
+    return 0
