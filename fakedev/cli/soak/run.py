@@ -22,13 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+import grpc
+
 from fakedev.cli.rig import FakeNodeRig, RigSite, RigSpec
 from fakedev.cli.soak.churn import Churn
 from fakedev.cli.soak.footprint import Drift, Footprint, FootprintSampler, compute_drift
 from fakedev.driver.checkpoint import Checkpoint
 from fakedev.render import Schema
 from harness.cluster.local import LocalCluster
-from harness.errors import NotReadyError
+from harness.errors import HarnessError, NotReadyError
 from harness.node.background import BackgroundLoop
 from harness.procs import wait_for
 from harness.reaper import reap_all
@@ -40,6 +42,8 @@ from kubeletapi.types import ClaimRef
 DRIVER: Final = Schema.EXAMPLE.driver
 PROBE_SECONDS: Final = 10.0
 PROBE_CLAIMS: Final = 5
+PROBE_DEADLINE: Final = 10.0
+"""A claim the plugin holds is answered from its checkpoint in milliseconds; ten seconds is a refusal."""
 PROGRESS_SECONDS: Final = 30.0
 MAX_DEVICES: Final = 128
 """A profile's example device count is capped there (one device per pod)."""
@@ -284,9 +288,14 @@ class Soak:
         refs = rig.background.loop.call(known())
         if not refs:
             return 0, 0
-        answers = rig.background.loop.call(
-            instance.connection.prepare(refs, version=instance.registration.dra_version), timeout=30
-        )
+        try:
+            answers = rig.background.loop.call(
+                instance.connection.prepare(refs, version=instance.registration.dra_version, timeout=PROBE_DEADLINE),
+                timeout=PROBE_DEADLINE + 5,
+            )
+        except (HarnessError, grpc.RpcError) as exc:
+            self.say(f"  known claims not served: {_first_line(exc)}")
+            return len(refs), 0
         return len(refs), sum(1 for r in refs if r.uid in answers and not answers[r.uid].error)
 
     def _settle(self, *, rig: FakeNodeRig, churn: Churn) -> str:
@@ -337,6 +346,10 @@ def _pids(rig: FakeNodeRig | None) -> dict[str, int]:
     if process is not None:
         pids["plugin"] = process.pid
     return pids
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
 
 
 def _claim_name(pod: JsonObj) -> str:
