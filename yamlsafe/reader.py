@@ -317,6 +317,8 @@ def _scalar(event: yaml.ScalarEvent, *, source: str, limits: Limits) -> YamlScal
         tag = str(_RESOLVER.resolve(yaml.ScalarNode, text, event.implicit))  # type: ignore[no-untyped-call]
         if tag in _AS_STRING:
             tag = _STR
+    elif tag in (_SEQ, _MAP):
+        raise where.schema(f"tag {describe_tag(tag)} does not fit a scalar")
     elif tag not in _SCALAR_TAGS:
         raise where.schema(
             f"tag {describe_tag(tag)} is not allowed (the core schema only: !!str, !!int, !!float, !!bool, !!null)"

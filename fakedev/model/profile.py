@@ -1,8 +1,10 @@
-"""Node profiles: YAML text (already read by the caller) parsed and validated into immutable model objects.
+"""Node profiles: YAML (already read by the caller) parsed and validated into immutable model objects.
 
-Every rule violation raises :class:`fakedev.errors.ProfileError` as ``<file>: <field path>: <rule>``, e.g.
-``dgx-h100.yaml: gpus[2].mig.instances[1].start: 3g.40gb cannot start at memory slice 2 (valid: 0, 4)``.
-PCI addresses left out of a profile are allocated here, deterministically, so later stages never fail.
+Every rule violation raises :class:`fakedev.errors.ProfileError` as ``<file>:<line>: <field path>: <rule>``, e.g.
+``dgx-h100.yaml:12: gpus[2].mig.instances[1].start: 3g.40gb cannot start at memory slice 2 (valid: 0, 4)``; YAML the
+reader (:mod:`yamlsafe`) refuses is ``<file>:<line>:<column>: <rule>``. Counts and lengths are capped (``MAX_*``) so
+that no profile makes parsing, resolving or rendering costly. PCI addresses left out of a profile are allocated here,
+deterministically, so later stages never fail.
 """
 
 from __future__ import annotations

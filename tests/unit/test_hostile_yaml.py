@@ -47,6 +47,9 @@ BOMB_LEVELS = ['&a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]'] + [
 BOMB = "[\n    " + ",\n    ".join(BOMB_LEVELS) + "]"
 """Nine levels of nine aliases (9^9 strings expanded) as one flow list starting on its line, the anchor on the next."""
 DEEP = "[" * 5000 + "]" * 5000
+CPU_DEADLINE = 2.0
+"""CPU seconds for one broken file (CPU time: the machine is shared); each takes milliseconds, the alias bomb took
+30 s and 2.5 GB before."""
 
 
 def _replace(text: str, old: str, new: str) -> str:
@@ -121,10 +124,10 @@ PROFILES: dict[str, tuple[str | bytes, int, str]] = {
 @pytest.mark.parametrize("case", PROFILES, ids=list(PROFILES))
 def test_broken_profile_is_one_error_naming_file_line_and_rule(case: str) -> None:
     text, line, rest = PROFILES[case]
-    started = time.perf_counter()
+    started = time.process_time()
     with pytest.raises(ProfileError) as caught:
         parse_profile(text, source="bad.yaml")
-    assert time.perf_counter() - started < 2.0
+    assert time.process_time() - started < CPU_DEADLINE
     assert str(caught.value).startswith(f"bad.yaml:{line}{rest}"), str(caught.value)
 
 
@@ -202,10 +205,10 @@ SCENARIOS: dict[str, tuple[str | bytes, int, str]] = {
 @pytest.mark.parametrize("case", SCENARIOS, ids=list(SCENARIOS))
 def test_broken_scenario_is_one_error_naming_file_line_and_rule(case: str) -> None:
     text, line, rest = SCENARIOS[case]
-    started = time.perf_counter()
+    started = time.process_time()
     with pytest.raises(ScenarioError) as caught:
         parse_scenario(text, source="bad.yaml")
-    assert time.perf_counter() - started < 2.0
+    assert time.process_time() - started < CPU_DEADLINE
     assert str(caught.value).startswith(f"bad.yaml:{line}{rest}"), str(caught.value)
 
 
