@@ -12,7 +12,6 @@ Steps are typed per kind: :class:`WorkloadStep` (apply, delete), :class:`Conditi
 from __future__ import annotations
 
 import enum
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -264,14 +263,13 @@ class _Node:
 
     def seconds(self, *, minimum: float, above: bool) -> float:
         """A finite duration from ``minimum`` (or above it, when ``above``) up to :data:`MAX_SECONDS`."""
-        value = self.node.value if isinstance(self.node, YamlScalar) else None
-        finite = not isinstance(value, NonFinite)
-        value = self.number() if finite else math.nan
-        if not finite or value < minimum or (above and value == minimum) or value > MAX_SECONDS:
-            raise self.fail(
-                f"must be a finite number of seconds {'>' if above else '>='} {minimum:g} "
-                f"and at most {MAX_SECONDS:g} (24 h)"
-            )
+        lowest = f"{'>' if above else '>='} {minimum:g}"
+        rule = f"must be a finite number of seconds {lowest} and at most {MAX_SECONDS:g} (24 h)"
+        if isinstance(self.node, YamlScalar) and isinstance(self.node.value, NonFinite):
+            raise self.fail(rule)
+        value = self.number()
+        if value < minimum or (above and value == minimum) or value > MAX_SECONDS:
+            raise self.fail(rule)
         return value
 
     def choice(self, values: type[_E]) -> _E:
