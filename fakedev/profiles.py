@@ -12,6 +12,7 @@ from typing import Final
 
 from fakedev.errors import ProfileError
 from fakedev.model.profile import NodeProfile, parse_profile
+from yamlsafe import DEFAULT_LIMITS
 
 _PACKAGE: Final = "fakedev.model.profiles"
 _SUFFIX: Final = ".yaml"
@@ -29,7 +30,9 @@ def load_profile(name_or_path: str | Path) -> NodeProfile:
     if isinstance(name_or_path, Path) or "/" in text or text.endswith((_SUFFIX, ".yml")):
         path = Path(name_or_path)
         try:
-            content = path.read_text(encoding="utf-8")
+            # One byte past the limit is enough for the reader to refuse a file that is too large.
+            with path.open("rb") as file:
+                content = file.read(DEFAULT_LIMITS.max_bytes + 1)
         except OSError as exc:
             raise ProfileError(f"{path}: <file>: cannot read the profile: {exc.strerror or exc}") from exc
         return parse_profile(content, source=str(path))
@@ -45,4 +48,4 @@ def load_profile(name_or_path: str | Path) -> NodeProfile:
 def _builtin_profile(name: str) -> NodeProfile:
     """Parsed once per process: a fleet of emulated nodes would otherwise parse the same YAML per node."""
     resource = resources.files(_PACKAGE) / f"{name}{_SUFFIX}"
-    return parse_profile(resource.read_text(encoding="utf-8"), source=f"{name}{_SUFFIX}")
+    return parse_profile(resource.read_bytes(), source=f"{name}{_SUFFIX}")

@@ -18,6 +18,11 @@ CLASS_PCI_BRIDGE: Final = 0x060400
 
 _BDF_RE: Final = re.compile(r"^([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])$")
 _ROOT_RE: Final = re.compile(r"^pci([0-9a-f]{4}):([0-9a-f]{2})$")
+CPU_MAX: Final = 8191
+"""The highest CPU number a kernel can have (NR_CPUS is at most 8192)."""
+# ASCII digits only (str.isdigit would let "²" through to int()); a few more digits than CPU_MAX has, so that a long
+# number is reported as beyond CPU_MAX rather than as malformed.
+_CPU_RANGE_RE: Final = re.compile(r"^([0-9]{1,12})(?:-([0-9]{1,12}))?$")
 
 
 @dataclass(frozen=True, kw_only=True, order=True)
@@ -118,16 +123,26 @@ def sriov_vf_address(pf: Bdf, *, offset: int, stride: int, index: int) -> Bdf:
 
 
 def parse_cpulist(text: str) -> tuple[int, ...]:
-    """Expand a kernel cpulist (``0-3,8,10-11``) into CPU numbers; raises ValueError on malformed input."""
+    """Expand a kernel cpulist (``0-3,8,10-11``) into CPU numbers; raises ValueError on malformed input.
+
+    Bounds are checked before a range is expanded, so ``0-400000000`` costs nothing: CPU numbers stop at
+    :data:`CPU_MAX` and no CPU may appear twice, which caps the result at ``CPU_MAX + 1`` numbers.
+    """
     cpus: list[int] = []
+    seen: set[int] = set()
     for part in text.split(","):
-        bounds = part.strip().split("-")
-        if len(bounds) == 1 and bounds[0].isdigit():
-            cpus.append(int(bounds[0]))
-        elif len(bounds) == 2 and all(b.isdigit() for b in bounds) and int(bounds[0]) <= int(bounds[1]):
-            cpus.extend(range(int(bounds[0]), int(bounds[1]) + 1))
-        else:
+        match = _CPU_RANGE_RE.match(part.strip())
+        if match is None:
             raise ValueError(f"{text!r} is not a cpulist such as 0-55,112-167")
-    if len(set(cpus)) != len(cpus):
-        raise ValueError(f"cpulist {text!r} names a CPU twice")
+        first = int(match.group(1))
+        last = int(match.group(2)) if match.group(2) is not None else first
+        if first > last:
+            raise ValueError(f"{text!r} is not a cpulist such as 0-55,112-167")
+        if last > CPU_MAX:
+            raise ValueError(f"cpulist {text!r} names CPU {last}; CPU numbers stop at {CPU_MAX} (the kernel's NR_CPUS)")
+        for cpu in range(first, last + 1):
+            if cpu in seen:
+                raise ValueError(f"cpulist {text!r} names a CPU twice")
+            seen.add(cpu)
+            cpus.append(cpu)
     return tuple(cpus)

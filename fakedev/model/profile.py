@@ -1,30 +1,46 @@
-"""Node profiles: YAML text (already read by the caller) parsed and validated into immutable model objects.
+"""Node profiles: YAML (already read by the caller) parsed and validated into immutable model objects.
 
-Every rule violation raises :class:`fakedev.errors.ProfileError` as ``<file>: <field path>: <rule>``, e.g.
-``dgx-h100.yaml: gpus[2].mig.instances[1].start: 3g.40gb cannot start at memory slice 2 (valid: 0, 4)``.
-PCI addresses left out of a profile are allocated here, deterministically, so later stages never fail.
+Every rule violation raises :class:`fakedev.errors.ProfileError` as ``<file>:<line>: <field path>: <rule>``, e.g.
+``dgx-h100.yaml:12: gpus[2].mig.instances[1].start: 3g.40gb cannot start at memory slice 2 (valid: 0, 4)``; YAML the
+reader (:mod:`yamlsafe`) refuses is ``<file>:<line>:<column>: <rule>``. Counts and lengths are capped (``MAX_*``) so
+that no profile makes parsing, resolving or rendering costly. PCI addresses left out of a profile are allocated here,
+deterministically, so later stages never fail.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Final, NoReturn
-
-import yaml
+from typing import Final, NoReturn, TypeVar
 
 from fakedev.errors import ProfileError
 from fakedev.model import catalog, mig, nic
 from fakedev.model.catalog import GpuProduct
 from fakedev.model.nic import LinkType, NicProduct
 from fakedev.model.pci import Bdf, PcieRoot, parse_cpulist, sriov_vf_address
+from yamlsafe import ScalarValue, YamlError, YamlMap, YamlNode, YamlScalar, YamlSeq, kind_of, read_document
+
+_S = TypeVar("_S", "GpuSpec", "NicSpec")
 
 DNS_LABEL_RE: Final = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _QUANTITY_RE: Final = re.compile(r"^[0-9]+(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
 DEFAULT_DRIVER_VERSION: Final = "580.95.05"
 DEFAULT_CUDA_DRIVER_VERSION: Final = "13.0"
+
+# What one profile may ask for: far above any real node, low enough that no profile can make parsing, resolving or
+# rendering costly.
+MAX_GPUS: Final = 32
+MAX_NICS: Final = 32
+MAX_VIRTUAL_NICS: Final = 64
+MAX_NUMA_NODES: Final = 64
+MAX_PCIE_ROOTS: Final = 64
+MAX_EXAMPLE_DEVICES: Final = 128
+NAME_MAX: Final = 253
+"""Any string field without a tighter rule (a DNS subdomain's length)."""
+DESCRIPTION_MAX: Final = 1024
+CPULIST_MAX: Final = 4096
 
 
 class MigMode(StrEnum):
@@ -138,74 +154,72 @@ class NodeProfile:
     example: ExampleSpec | None = None
 
 
-# -- a tiny typed walker over parsed YAML that knows where it is ---------------------------------------------------
+# -- a tiny typed walker over the YAML tree that knows where it is --------------------------------------------------
 
 
 class _At:
-    """A parsed YAML value plus its field path, so every error can say where it happened."""
+    """A YAML node (None: a key left out) with its field path and line, so every error can say where it happened."""
 
-    def __init__(self, value: object, *, path: str, source: str) -> None:
-        self.value = value
+    def __init__(self, node: YamlNode | None, *, path: str, source: str, line: int) -> None:
+        self.node = node
         self.path = path
         self.source = source
+        self.line = node.line if node is not None else line
 
     def fail(self, rule: str) -> NoReturn:
-        raise ProfileError(f"{self.source}: {self.path or '<top level>'}: {rule}")
+        raise ProfileError(f"{self.source}:{self.line}: {self.path or '<top level>'}: {rule}")
 
-    def _child(self, value: object, suffix: str) -> _At:
+    def _child(self, node: YamlNode | None, suffix: str, *, line: int | None = None) -> _At:
         path = f"{self.path}{suffix}" if suffix.startswith("[") or not self.path else f"{self.path}.{suffix}"
-        return _At(value, path=path, source=self.source)
+        return _At(node, path=path, source=self.source, line=self.line if line is None else line)
+
+    def _scalar(self) -> ScalarValue:
+        return self.node.value if isinstance(self.node, YamlScalar) else None
 
     def fields(self, *, known: tuple[str, ...], required: tuple[str, ...] = ()) -> dict[str, _At]:
-        if not isinstance(self.value, Mapping):
-            self.fail(f"must be a mapping, not {_kind(self.value)}")
+        if not isinstance(self.node, YamlMap):
+            self.fail(f"must be a mapping, not {kind_of(self.node)}")
         out: dict[str, _At] = {}
-        for key, value in self.value.items():
-            if not isinstance(key, str) or key not in known:
-                self._child(value, str(key)).fail(f"unknown key (known keys: {', '.join(known)})")
-            out[key] = self._child(value, key)
+        for entry in self.node.entries:
+            if entry.name not in known:
+                self._child(None, entry.name, line=entry.line).fail(f"unknown key (known keys: {', '.join(known)})")
+            out[entry.name] = self._child(entry.value, entry.name)
         for key in required:
             if key not in out:
                 self._child(None, key).fail("is required")
         return out
 
-    def items(self) -> Iterator[_At]:
-        if not isinstance(self.value, list):
-            self.fail(f"must be a list, not {_kind(self.value)}")
-        for index, value in enumerate(self.value):
-            yield self._child(value, f"[{index}]")
+    def items(self, *, most: int, what: str) -> list[_At]:
+        """The list's items; more than ``most`` is an error, checked before any item is looked at."""
+        if not isinstance(self.node, YamlSeq):
+            self.fail(f"must be a list, not {kind_of(self.node)}")
+        if len(self.node.items) > most:
+            self.fail(f"lists {len(self.node.items)} {what}; a profile may list at most {most}")
+        return [self._child(node, f"[{index}]") for index, node in enumerate(self.node.items)]
 
-    def string(self) -> str:
-        if not isinstance(self.value, str):
-            self.fail(f"must be a string, not {_kind(self.value)}")
-        return self.value
+    def string(self, *, longest: int = NAME_MAX) -> str:
+        value = self._scalar()
+        if not isinstance(value, str):
+            self.fail(f"must be a string, not {kind_of(self.node)}")
+        if len(value) > longest:
+            self.fail(f"must be at most {longest} characters, not {len(value)}")
+        return value
 
     def integer(self, *, minimum: int | None = None, maximum: int | None = None) -> int:
-        if isinstance(self.value, bool) or not isinstance(self.value, int):
-            self.fail(f"must be an integer, not {_kind(self.value)}")
-        if minimum is not None and self.value < minimum:
-            self.fail(f"must be at least {minimum}, not {self.value}")
-        if maximum is not None and self.value > maximum:
-            self.fail(f"must be at most {maximum}, not {self.value}")
-        return self.value
+        value = self._scalar()
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.fail(f"must be an integer, not {kind_of(self.node)}")
+        if minimum is not None and value < minimum:
+            self.fail(f"must be at least {minimum}, not {value}")
+        if maximum is not None and value > maximum:
+            self.fail(f"must be at most {maximum}, not {value}")
+        return value
 
     def boolean(self) -> bool:
-        if not isinstance(self.value, bool):
-            self.fail(f"must be true or false, not {_kind(self.value)}")
-        return self.value
-
-
-def _kind(value: object) -> str:
-    if value is None:
-        return "null"
-    return {
-        bool: "a boolean",
-        int: "an integer",
-        float: "a number",
-        str: "a string",
-        list: "a list",
-        dict: "a mapping",
-    }.get(type(value), type(value).__name__)
+        value = self._scalar()
+        if not isinstance(value, bool):
+            self.fail(f"must be true or false, not {kind_of(self.node)}")
+        return value
 
 
 # -- parsing -------------------------------------------------------------------------------------------------------
@@ -224,31 +238,35 @@ _TOP_KEYS: Final = (
 )
 
 
-def parse_profile(text: str, *, source: str) -> NodeProfile:
-    """Parse profile YAML ``text``; ``source`` (a file name) prefixes every error message."""
+def parse_profile(text: str | bytes, *, source: str) -> NodeProfile:
+    """Parse a profile (the file's bytes, or text); ``source`` (a file name) prefixes every error message."""
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ProfileError(f"{source}: <yaml>: not valid YAML: {exc}") from exc
-    top = _At(data, path="", source=source).fields(known=_TOP_KEYS, required=("name",))
+        root = read_document(text, source=source)
+    except YamlError as exc:
+        raise ProfileError(str(exc)) from exc
+    if root is None:
+        raise ProfileError(f"{source}:1: <top level>: the file is empty")
+    top = _At(root, path="", source=source, line=1).fields(known=_TOP_KEYS, required=("name",))
     name = top["name"].string()
     if not DNS_LABEL_RE.match(name):
         top["name"].fail("must be a DNS label (lowercase letters, digits and '-', at most 63 characters)")
     numa = _numa_nodes(top.get("numaNodes"))
     roots = _roots(top.get("pcieRoots"), numa={n.id for n in numa})
-    gpu_drafts = tuple(_gpu(at, roots=roots) for at in (top["gpus"].items() if "gpus" in top else ()))
-    nic_drafts = tuple(_nic(at, roots=roots) for at in (top["nics"].items() if "nics" in top else ()))
+    gpu_items = top["gpus"].items(most=MAX_GPUS, what="GPUs") if "gpus" in top else []
+    nic_items = top["nics"].items(most=MAX_NICS, what="NICs") if "nics" in top else []
+    gpu_drafts = tuple(_gpu(at, roots=roots) for at in gpu_items)
+    nic_drafts = tuple(_nic(at, roots=roots) for at in nic_items)
     features = _features(top.get("features"))
     _check_vgpu_features(gpu_drafts, features=features)
     gpus, nics = _place(gpus=gpu_drafts, nics=nic_drafts, roots=roots)
     virtual = _virtual_nics(top.get("virtualNics"), nics=nics)
     example = _example(top["example"]) if "example" in top else None
     if not gpus and not nics and not virtual and example is None:
-        _At(None, path="", source=source).fail("declares no devices (gpus, nics, virtualNics or example)")
+        _At(root, path="", source=source, line=1).fail("declares no devices (gpus, nics, virtualNics or example)")
     return NodeProfile(
         name=name,
         source=source,
-        description=top["description"].string() if "description" in top else "",
+        description=top["description"].string(longest=DESCRIPTION_MAX) if "description" in top else "",
         software=_software(top.get("nvidia")),
         features=features,
         numa_nodes=numa,
@@ -262,23 +280,28 @@ def parse_profile(text: str, *, source: str) -> NodeProfile:
 
 def _numa_nodes(at: _At | None) -> tuple[NumaNodeSpec, ...]:
     nodes: list[NumaNodeSpec] = []
-    for item in at.items() if at is not None else ():
+    owners: dict[int, int] = {}
+    for item in at.items(most=MAX_NUMA_NODES, what="NUMA nodes") if at is not None else ():
         f = item.fields(known=("id", "cpus"), required=("id", "cpus"))
         node_id = f["id"].integer(minimum=0, maximum=1023)
         if any(n.id == node_id for n in nodes):
             f["id"].fail(f"NUMA node {node_id} is declared twice")
-        cpus = f["cpus"].string()
+        cpus = f["cpus"].string(longest=CPULIST_MAX)
         try:
-            parse_cpulist(cpus)
+            numbers = parse_cpulist(cpus)
         except ValueError as exc:
             f["cpus"].fail(str(exc))
+        for cpu in numbers:
+            owner = owners.setdefault(cpu, node_id)
+            if owner != node_id:
+                f["cpus"].fail(f"CPU {cpu} is already in NUMA node {owner}")
         nodes.append(NumaNodeSpec(id=node_id, cpus=cpus))
     return tuple(nodes)
 
 
 def _roots(at: _At | None, *, numa: set[int]) -> tuple[PcieRoot, ...]:
     roots: list[PcieRoot] = []
-    for item in at.items() if at is not None else ():
+    for item in at.items(most=MAX_PCIE_ROOTS, what="PCIe roots") if at is not None else ():
         f = item.fields(known=("name", "numaNode"), required=("name",))
         numa_node = f["numaNode"].integer(minimum=0) if "numaNode" in f else None
         if numa_node is not None and numa_node not in numa:
@@ -380,7 +403,7 @@ def _mig(at: _At, *, product: GpuProduct) -> MigSpec:
         f["mode"].fail("a static MIG layout needs `instances`")
     instances: list[MigInstanceSpec] = []
     item_fields: list[dict[str, _At]] = []
-    for item in f["instances"].items():
+    for item in f["instances"].items(most=mig.MAX_GPU_INSTANCES, what="MIG instances (one GPU's limit)"):
         i = item.fields(known=("profile", "start"), required=("profile", "start"))
         name = i["profile"].string()
         profile = product.mig_profile(name)
@@ -403,7 +426,7 @@ def _vgpu(at: _At, *, product: GpuProduct) -> VgpuSpec:
     if not product.vgpu_types:
         at.fail(f"{product.key} has no vGPU types in the catalogue")
     modes: list[VgpuMode] = []
-    for item in f["modes"].items():
+    for item in f["modes"].items(most=len(VgpuMode), what="vGPU modes"):
         text = item.string()
         try:
             mode = VgpuMode(text)
@@ -492,13 +515,15 @@ def _example(at: _At) -> ExampleSpec:
         required=("count",),
     )
     spec = ExampleSpec(
-        count=f["count"].integer(minimum=1, maximum=128),
+        count=f["count"].integer(minimum=1, maximum=MAX_EXAMPLE_DEVICES),
         model=f["model"].string() if "model" in f else ExampleSpec.model,
         memory=f["memory"].string() if "memory" in f else ExampleSpec.memory,
         driver_version=f["driverVersion"].string() if "driverVersion" in f else ExampleSpec.driver_version,
         shares=f["shares"].string() if "shares" in f else None,
-        fabric_attach=tuple(i.string() for i in f["fabricAttach"].items()) if "fabricAttach" in f else (),
-        skip_node_operations=tuple(i.string() for i in f["skipNodeOperations"].items())
+        fabric_attach=tuple(i.string() for i in f["fabricAttach"].items(most=MAX_EXAMPLE_DEVICES, what="devices"))
+        if "fabricAttach" in f
+        else (),
+        skip_node_operations=tuple(i.string() for i in f["skipNodeOperations"].items(most=3, what="operations"))
         if "skipNodeOperations" in f
         else (),
     )
@@ -533,7 +558,7 @@ def _virtual_nics(at: _At | None, *, nics: tuple[NicSpec, ...]) -> tuple[Virtual
         taken.add(nic.pf_ifname(spec.address, link=spec.link))
         taken.update(nic.vf_ifname(spec.address, index=n, link=spec.link) for n in range(spec.vfs))
     out: list[VirtualNicSpec] = []
-    for item in at.items() if at is not None else ():
+    for item in at.items(most=MAX_VIRTUAL_NICS, what="virtual NICs") if at is not None else ():
         f = item.fields(known=("name", "mtu"), required=("name",))
         name = f["name"].string()
         # DraNet names non-PCI interfaces after themselves, so the name must also be a DNS label.
@@ -601,10 +626,22 @@ def _place(
         )
         for i, d in enumerate(nics)
     )
-    functions = [(g.placed, s.address, gpu_vf_addresses(s)) for g, s in zip(gpus, gpu_specs, strict=True)]
-    functions += [(n.placed, s.address, nic_vf_addresses(s)) for n, s in zip(nics, nic_specs, strict=True)]
+    functions = [
+        (g.placed, s.address, _vfs(g.placed, gpu_vf_addresses, s)) for g, s in zip(gpus, gpu_specs, strict=True)
+    ]
+    functions += [
+        (n.placed, s.address, _vfs(n.placed, nic_vf_addresses, s)) for n, s in zip(nics, nic_specs, strict=True)
+    ]
     _check_virtual_functions(functions, roots=roots)
     return gpu_specs, nic_specs
+
+
+def _vfs(placed: _Placed, addresses: Callable[[_S], list[Bdf]], spec: _S) -> list[Bdf]:
+    """The device's VF addresses; SR-IOV arithmetic past the domain's last bus is the profile's mistake."""
+    try:
+        return addresses(spec)
+    except ValueError as exc:
+        placed.at.fail(f"its VFs do not fit after {placed.address or 'its address'}: {exc}")
 
 
 def _check_virtual_functions(functions: list[tuple[_Placed, Bdf, list[Bdf]]], *, roots: tuple[PcieRoot, ...]) -> None:

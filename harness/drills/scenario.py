@@ -12,22 +12,36 @@ Steps are typed per kind: :class:`WorkloadStep` (apply, delete), :class:`Conditi
 from __future__ import annotations
 
 import enum
-import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
 
-import yaml
-
 from harness.errors import ScenarioError
 from kubeclient.values import TaintEffect
 from kubeletapi.types import HealthState
+from yamlsafe import (
+    DEFAULT_LIMITS,
+    NonFinite,
+    Plain,
+    YamlError,
+    YamlMap,
+    YamlNode,
+    YamlScalar,
+    YamlSeq,
+    read_document,
+    to_plain,
+)
+from yamlsafe import read_documents as read_yaml_stream
 
 _E = TypeVar("_E", bound=enum.StrEnum)
 
 CONDITIONS: Final = ("pod", "pods", "claim", "slices", "event", "kubevirt", "field")
 DEFAULT_TIMEOUT: Final = 60.0
+MAX_SECONDS: Final = 24 * 3600.0
+"""The longest timeout, grace period or delay a scenario may ask for."""
+MAX_REPLICAS: Final = 5000
+MAX_PODS: Final = 10_000
 
 
 class StepKind(enum.StrEnum):
@@ -191,66 +205,91 @@ class Scenario:
 
 
 class _Node:
-    """A YAML node with its position, for errors that say where."""
+    """A YAML node with its field path, for errors that say where."""
 
-    def __init__(self, source: str, node: yaml.Node, path: str) -> None:
+    def __init__(self, source: str, node: YamlNode, path: str) -> None:
         self.source, self.node, self.path = source, node, path
 
     @property
     def line(self) -> int:
-        return int(self.node.start_mark.line) + 1
+        return self.node.line
 
     def fail(self, rule: str) -> ScenarioError:
         return ScenarioError(f"{self.source}:{self.line}: {self.path}: {rule}")
 
     def mapping(self, *, allowed: set[str], required: frozenset[str] | set[str] = frozenset()) -> dict[str, _Node]:
-        if not isinstance(self.node, yaml.MappingNode):
+        if not isinstance(self.node, YamlMap):
             raise self.fail("must be a mapping")
         out: dict[str, _Node] = {}
-        for key, value in self.node.value:
-            name = key.value
-            child = _Node(self.source, value, f"{self.path}.{name}" if self.path else name)
-            if name not in allowed:
-                raise _Node(self.source, key, child.path).fail(f"unknown field (allowed: {', '.join(sorted(allowed))})")
-            if name in out:
-                raise _Node(self.source, key, child.path).fail("appears twice")
-            out[name] = child
+        for entry in self.node.entries:
+            path = f"{self.path}.{entry.name}" if self.path else entry.name
+            if entry.name not in allowed:
+                raise ScenarioError(
+                    f"{self.source}:{entry.line}: {path}: unknown field (allowed: {', '.join(sorted(allowed))})"
+                )
+            out[entry.name] = _Node(self.source, entry.value, path)
         missing = sorted(required - set(out))
         if missing:
             raise self.fail(f"missing required field {missing[0]!r}")
         return out
 
     def sequence(self) -> list[_Node]:
-        if not isinstance(self.node, yaml.SequenceNode):
+        if not isinstance(self.node, YamlSeq):
             raise self.fail("must be a list")
-        return [_Node(self.source, v, f"{self.path}[{i}]") for i, v in enumerate(self.node.value)]
+        return [_Node(self.source, v, f"{self.path}[{i}]") for i, v in enumerate(self.node.items)]
+
+    def is_string(self) -> bool:
+        return isinstance(self.node, YamlScalar) and isinstance(self.node.value, str)
 
     def string(self) -> str:
-        if not isinstance(self.node, yaml.ScalarNode) or self.node.tag.endswith((":int", ":float", ":bool", ":null")):
+        if not isinstance(self.node, YamlScalar) or not isinstance(self.node.value, str):
             raise self.fail("must be a string")
-        return str(self.node.value)
+        return self.node.value
 
     def number(self) -> float:
-        value = self.plain()
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        value = self.node.value if isinstance(self.node, YamlScalar) else None
+        if isinstance(value, NonFinite):
+            raise self.fail(f"must be a finite number, not {value.text}")
+        if isinstance(value, bool) or not isinstance(value, int | float):
             raise self.fail("must be a number")
         return float(value)
 
+    def whole(self, *, minimum: int, maximum: int, rule: str) -> int:
+        """An integer within bounds; ``rule`` is the whole message when it is not."""
+        value = self.node.value if isinstance(self.node, YamlScalar) else None
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+            raise self.fail(rule)
+        return value
+
+    def seconds(self, *, minimum: float, above: bool) -> float:
+        """A finite duration from ``minimum`` (or above it, when ``above``) up to :data:`MAX_SECONDS`."""
+        lowest = f"{'>' if above else '>='} {minimum:g}"
+        rule = f"must be a finite number of seconds {lowest} and at most {MAX_SECONDS:g} (24 h)"
+        if isinstance(self.node, YamlScalar) and isinstance(self.node.value, NonFinite):
+            raise self.fail(rule)
+        value = self.number()
+        if value < minimum or (above and value == minimum) or value > MAX_SECONDS:
+            raise self.fail(rule)
+        return value
+
     def choice(self, values: type[_E]) -> _E:
-        value = self.string() if isinstance(self.node, yaml.ScalarNode) and self.node.tag.endswith(":str") else None
+        value = self.node.value if isinstance(self.node, YamlScalar) else None
         for v in values:
-            if v.value == value:
+            if isinstance(value, str) and v.value == value:
                 return v
         raise self.fail(f"must be one of {', '.join(v.value for v in values)}")
 
     def boolean(self) -> bool:
-        value = self.plain()
+        value = self.node.value if isinstance(self.node, YamlScalar) else None
         if not isinstance(value, bool):
             raise self.fail("must be true or false")
         return value
 
-    def plain(self) -> Any:
-        return yaml.safe_load(yaml.serialize(self.node))
+    def plain(self) -> Plain:
+        try:
+            return to_plain(self.node, source=self.source)
+        except YamlError as exc:
+            raise ScenarioError(f"{self.source}:{exc.line}: {self.path}: {exc.rule}") from exc
 
 
 _FAULT_FIELDS: Final = frozenset(
@@ -270,38 +309,58 @@ _FAULT_FIELDS: Final = frozenset(
         "effect",
     }
 )
-_CONDITION_FIELDS: Final = frozenset(
-    {
-        *CONDITIONS,
-        "phase",
-        "evicted",
-        "deleted",
-        "log",
-        "health",
-        "restarts",
-        "allocated",
-        "count",
-        "min",
-        "tainted",
-        "reason",
-        "contains",
-        "object",
-        "prefix",
-        "absent",
-        "node",
-        "driver",
-        "scheduled",
-        "request",
-        "extendedClass",
-        "sameAttribute",
-        "networkIn",
-        "devices",
-        "attribute",
-        "path",
-        "equals",
-        "length",
-    }
-)
+
+
+class _Value(enum.Enum):
+    """What a condition field holds; checked when the file is read, so a drill never fails on a typo halfway."""
+
+    TEXT = "a string"
+    FLAG = "true or false"
+    COUNT = "a whole number"
+    NUMBER = "a number"
+    ANY = "any value"
+
+
+_CONDITION_FIELDS: Final = {
+    **dict.fromkeys(CONDITIONS, _Value.TEXT),
+    "phase": _Value.TEXT,
+    "evicted": _Value.FLAG,
+    "deleted": _Value.FLAG,
+    "log": _Value.TEXT,
+    "health": _Value.TEXT,
+    "restarts": _Value.COUNT,
+    "allocated": _Value.FLAG,
+    "count": _Value.COUNT,
+    "min": _Value.NUMBER,
+    "tainted": _Value.FLAG,
+    "reason": _Value.TEXT,
+    "contains": _Value.TEXT,
+    "object": _Value.TEXT,
+    "prefix": _Value.TEXT,
+    "absent": _Value.FLAG,
+    "node": _Value.TEXT,
+    "driver": _Value.TEXT,
+    "scheduled": _Value.FLAG,
+    "request": _Value.TEXT,
+    "extendedClass": _Value.TEXT,
+    "sameAttribute": _Value.TEXT,
+    "networkIn": _Value.TEXT,
+    "devices": _Value.COUNT,
+    "attribute": _Value.TEXT,
+    "path": _Value.TEXT,
+    "equals": _Value.ANY,
+    "length": _Value.COUNT,
+}
+_COUNT_MAX: Final = 1_000_000
+_CHECKS: Final[dict[_Value, Callable[[_Node], object]]] = {
+    _Value.TEXT: _Node.string,
+    _Value.FLAG: _Node.boolean,
+    _Value.COUNT: lambda n: n.whole(
+        minimum=0, maximum=_COUNT_MAX, rule=f"must be a whole number from 0 to {_COUNT_MAX}"
+    ),
+    _Value.NUMBER: _Node.number,
+    _Value.ANY: _Node.plain,
+}
 
 
 def _step(n: _Node, index: int) -> Step:
@@ -311,8 +370,13 @@ def _step(n: _Node, index: int) -> Step:
         raise n.fail(f"a step has exactly one of {', '.join(StepKind)} (found {kinds or 'none'})")
     kind = StepKind(kinds[0])
     what = fields[kind]
-    title = str(fields["name"].string() if "name" in fields else f"{kind} {what.plain()}")[:120]
-    timeout = fields["timeout"].number() if "timeout" in fields else DEFAULT_TIMEOUT
+    given_title = fields["name"].string() if "name" in fields else None
+
+    def title() -> str:
+        # Called once the action is checked: the action's plain value may hold nothing the checks refuse.
+        return str(given_title if given_title is not None else f"{kind} {what.plain()}")[:120]
+
+    timeout = fields["timeout"].seconds(minimum=0, above=True) if "timeout" in fields else DEFAULT_TIMEOUT
     if kind in (StepKind.FAULT, StepKind.RECOVER):
         return _fault_step(fields, kind=kind, index=index, line=n.line, title=title, timeout=timeout)
     for name, field_node in fields.items():
@@ -323,24 +387,26 @@ def _step(n: _Node, index: int) -> Step:
         present = [c for c in CONDITIONS if c in cond]
         if len(present) != 1:
             raise what.fail(f"a condition names exactly one of {', '.join(CONDITIONS)} (found {present or 'none'})")
+        for key, value in cond.items():
+            _CHECKS[_CONDITION_FIELDS[key]](value)
         return ConditionStep(
             index=index,
             line=n.line,
-            title=title,
+            title=title(),
             timeout=timeout,
             kind=kind,
-            condition=what.plain(),
+            condition={key: value.plain() for key, value in cond.items()},
         )
-    if isinstance(what.node, yaml.SequenceNode):
+    if isinstance(what.node, YamlSeq):
         workloads = tuple(w.string() for w in what.sequence())
-    elif isinstance(what.node, yaml.ScalarNode) and what.node.tag.endswith(":str"):
+    elif what.is_string():
         workloads = (what.string(),)
     else:
         raise what.fail("names a workload (or a list of workloads)")
     return WorkloadStep(
         index=index,
         line=n.line,
-        title=title,
+        title=title(),
         timeout=timeout,
         kind=kind,
         workloads=workloads,
@@ -353,7 +419,7 @@ def _fault_step(
     kind: Literal[StepKind.FAULT, StepKind.RECOVER],
     index: int,
     line: int,
-    title: str,
+    title: Callable[[], str],
     timeout: float,
 ) -> FaultStep:
     what = fields[kind]
@@ -371,19 +437,16 @@ def _fault_step(
 
     fail_times = None
     if "failTimes" in fields:
-        value = fields["failTimes"].plain()
-        if isinstance(value, bool) or not isinstance(value, int) or value < -1:
-            raise fields["failTimes"].fail("must be a whole number >= -1 (-1: every call until cleared)")
-        fail_times = value
-    delay = None
-    if "delaySeconds" in fields:
-        delay = fields["delaySeconds"].number()
-        if not math.isfinite(delay) or delay < 0:
-            raise fields["delaySeconds"].fail("must be a finite number of seconds >= 0")
+        fail_times = fields["failTimes"].whole(
+            minimum=-1,
+            maximum=_COUNT_MAX,
+            rule=f"must be a whole number >= -1 (-1: every call until cleared) and at most {_COUNT_MAX}",
+        )
+    delay = fields["delaySeconds"].seconds(minimum=0, above=False) if "delaySeconds" in fields else None
     step = FaultStep(
         index=index,
         line=line,
-        title=title,
+        title=title(),
         timeout=timeout,
         kind=kind,
         fault=fault,
@@ -409,11 +472,12 @@ def _fault_step(
     return step
 
 
-def parse_scenario(text: str, *, source: str) -> Scenario:
+def parse_scenario(text: str | bytes, *, source: str) -> Scenario:
+    """Read a scenario (the file's bytes, or text); ``source`` names the file in every error."""
     try:
-        root = yaml.compose(text)
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"{source}: not valid YAML: {exc}") from exc
+        root = read_document(text, source=source)
+    except YamlError as exc:
+        raise ScenarioError(str(exc)) from exc
     if root is None:
         raise ScenarioError(f"{source}:1: the file is empty")
     top = _Node(source, root, "").mapping(
@@ -446,8 +510,12 @@ def parse_scenario(text: str, *, source: str) -> Scenario:
                 name=f["name"].string(),
                 profile=f["profile"].string(),
                 drivers=drivers,
-                wipe_grace=f["wipeGrace"].number() if "wipeGrace" in f else 30.0,
-                max_pods=int(f["maxPods"].number()) if "maxPods" in f else None,
+                wipe_grace=f["wipeGrace"].seconds(minimum=0, above=False) if "wipeGrace" in f else 30.0,
+                max_pods=f["maxPods"].whole(
+                    minimum=1, maximum=MAX_PODS, rule=f"must be a whole number from 1 to {MAX_PODS}"
+                )
+                if "maxPods" in f
+                else None,
                 memory=f["memory"].string() if "memory" in f else None,
             )
         )
@@ -466,19 +534,21 @@ def parse_scenario(text: str, *, source: str) -> Scenario:
     if "workloads" in top:
         for name, w in top["workloads"].mapping(allowed=set(_keys(top["workloads"]))).items():
             text_at = w
-            if isinstance(w.node, yaml.MappingNode):
+            if isinstance(w.node, YamlMap):
                 # {replicas: N, manifests: |...}: the manifests N times, {{replica}} numbering each copy.
                 f = w.mapping(allowed={"replicas", "manifests"}, required={"replicas", "manifests"})
-                count = f["replicas"].number()
-                if count != int(count) or not 1 <= count <= 5000:
-                    raise f["replicas"].fail("must be a whole number from 1 to 5000")
-                replicas[name] = int(count)
+                replicas[name] = f["replicas"].whole(
+                    minimum=1, maximum=MAX_REPLICAS, rule=f"must be a whole number from 1 to {MAX_REPLICAS}"
+                )
                 text_at = f["manifests"]
             workloads[name] = text_at.string()
+            # The runner parses the manifests later with PyYAML; the bounded reader vouches for them now.
             try:
-                list(yaml.safe_load_all(text_at.string()))
-            except yaml.YAMLError as exc:
-                raise text_at.fail(f"is not valid YAML: {exc}") from exc
+                read_yaml_stream(workloads[name], source=text_at.path)
+            except YamlError as exc:
+                raise text_at.fail(
+                    f"is not valid YAML: line {exc.line}, column {exc.column} of the manifests: {exc.rule}"
+                ) from exc
     steps = tuple(_step(s, i) for i, s in enumerate(top["steps"].sequence()))
     node_names = {n.name for n in nodes}
     for s in steps:
@@ -516,14 +586,16 @@ def _requirements(n: _Node) -> Requirements:
 
 
 def _keys(n: _Node) -> list[str]:
-    if not isinstance(n.node, yaml.MappingNode):
+    if not isinstance(n.node, YamlMap):
         raise n.fail("must be a mapping of workload name to manifests")
-    return [k.value for k, _ in n.node.value]
+    return list(n.node.names())
 
 
 def load_scenario(path: Path) -> Scenario:
     try:
-        text = path.read_text()
+        # One byte past the limit is enough for the reader to refuse a file that is too large.
+        with path.open("rb") as file:
+            data = file.read(DEFAULT_LIMITS.max_bytes + 1)
     except OSError as exc:
         raise ScenarioError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    return parse_scenario(text, source=str(path))
+    return parse_scenario(data, source=str(path))

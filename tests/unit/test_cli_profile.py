@@ -56,6 +56,6 @@ def test_bad_profile_is_a_one_line_error(capsys: pytest.CaptureFixture[str], tmp
     path.write_text('name: bad\npcieRoots: [{name: "pci0000:00"}]\ngpus: [{product: h300, root: "pci0000:00"}]\n')
     assert main(["profile", "show", str(path)]) == 1
     assert capsys.readouterr().err == (
-        f"fakedev: error: {path}: gpus[0].product: unknown product 'h300' (known: a100-sxm4-40gb, a100-sxm4-80gb, "
+        f"fakedev: error: {path}:3: gpus[0].product: unknown product 'h300' (known: a100-sxm4-40gb, a100-sxm4-80gb, "
         "h100-sxm5-80gb, h200-sxm-141gb, h200-nvl-141gb, b200-180gb)\n"
     )

@@ -1,0 +1,52 @@
+"""Fuzzing node profiles: any input is a clean ProfileError or a profile that resolves and renders, in bounded time
+and memory. Examples per run: ``FAKEDEV_FUZZ_EXAMPLES`` (default 200)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import given
+
+from fakedev.errors import ProfileError
+from fakedev.model.inventory import resolve_inventory
+from fakedev.model.profile import NodeProfile, parse_profile
+from fakedev.render import render_node
+from tests.fuzz.yaml_mutations import Stats, assert_no_nan, bounded, documents, fuzz_target, seed_files
+
+pytestmark = pytest.mark.fuzz
+
+SEEDS = seed_files("fakedev/model/profiles/*.yaml", "scenarios/profiles/*.yaml")
+STATS = Stats(name="profiles")
+# Every error names the file and a line (and a column when the YAML itself was refused).
+ERROR = re.compile(r"^fuzz\.yaml:\d+(:\d+)?: \S")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _summary() -> Iterator[None]:
+    STATS.restart()
+    yield
+    print(f"\n{STATS.summary()}")
+
+
+def test_the_seeds_are_valid_profiles() -> None:
+    assert len(SEEDS) >= 10
+    for seed in SEEDS:
+        assert isinstance(parse_profile(seed.text, source=seed.name), NodeProfile)
+
+
+@fuzz_target
+@given(data=documents(SEEDS))
+def test_any_profile_is_a_clean_error_or_renders(data: str | bytes) -> None:
+    size = len(data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass"))
+    with bounded(STATS, size=size) as accept:
+        try:
+            profile = parse_profile(data, source="fuzz.yaml")
+        except ProfileError as exc:
+            assert ERROR.match(str(exc)), str(exc)
+            return
+        accept()
+        assert isinstance(profile, NodeProfile)
+        assert_no_nan(profile)
+        render_node(resolve_inventory(profile, node_name="fuzz-node"))
