@@ -103,16 +103,23 @@ TEXT: Final = st.characters(exclude_categories=["Cs"])
 """Any character that UTF-8 (and so protobuf) can carry: controls, separators, bidi marks, astral planes."""
 
 
+def _sizes(limit: int) -> st.SearchStrategy[int]:
+    """Any size up to ``limit``, half the time from its upper half (Hypothesis prefers small numbers)."""
+    return st.one_of(
+        st.integers(min_value=1, max_value=limit), st.integers(min_value=max(limit // 2, 1), max_value=limit)
+    )
+
+
 def repeated(pieces: st.SearchStrategy[bytes], *, limit: int = MAX_INPUT) -> st.SearchStrategy[bytes]:
     """A drawn piece repeated up to ``limit`` bytes: big inputs without drawing every byte."""
-    return st.tuples(pieces.filter(bool), st.integers(min_value=1, max_value=limit)).map(
+    return st.tuples(pieces.filter(bool), _sizes(limit)).map(
         lambda drawn: (drawn[0] * (drawn[1] // len(drawn[0]) + 1))[: drawn[1]]
     )
 
 
 def big_text(*, limit: int) -> st.SearchStrategy[str]:
     """A short drawn text repeated to any length up to ``limit`` characters."""
-    return st.tuples(st.text(TEXT, min_size=1, max_size=8), st.integers(min_value=1, max_value=limit)).map(
+    return st.tuples(st.text(TEXT, min_size=1, max_size=8), _sizes(limit)).map(
         lambda drawn: (drawn[0] * (drawn[1] // len(drawn[0]) + 1))[: drawn[1]]
     )
 
@@ -161,6 +168,6 @@ def mutated(draw: st.DrawFn, original: bytes) -> bytes:
             data[at:at] = draw(st.binary(min_size=1, max_size=16))
         elif kind == "append":
             data += draw(st.binary(min_size=1, max_size=64))
-        else:
+        elif len(data) < MAX_INPUT:
             data += draw(repeated(st.binary(min_size=1, max_size=4), limit=MAX_INPUT - len(data)))
     return bytes(data)

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any, Final
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from fakedev.errors import ControlRequestError
@@ -140,6 +140,8 @@ def test_a_live_plugin_answers_every_line_with_one_reply(plugin: FuzzedPlugin, f
 
     @fuzz_settings(examples=150, deadline_seconds=15)
     @given(data=CONVERSATIONS)
+    @example(data=b'{"op": "status"}' + b" " * MAX_REQUEST_LINE + b'\n{"op": "clear-faults"}\n' + b"[" * 20_000)
+    @example(data=b'{"op": "set-fault", "call": "prepare", "fault": {"delaySeconds": NaN, "failTimes": 1e400}}\n')
     def conversation(data: bytes) -> None:
         with figures.example(max_seconds=10):
             received = _exchange(plugin, data)

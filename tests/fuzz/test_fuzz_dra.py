@@ -18,7 +18,7 @@ from typing import Any, Final
 import grpc
 import pytest
 from google.protobuf.message import DecodeError, Message
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from fakedev.driver.checkpoint import ClaimRecord, render_checkpoint
@@ -294,6 +294,12 @@ def test_prepare_and_unprepare_answer_every_claim_or_refuse_the_call(target: Tar
         preparing=st.booleans(),
         claims=CLAIM_LISTS,
     )
+    # Always tried, whatever the draw: the cases of the outsider's probe and the batch limit on both sides.
+    @example(version="v1", preparing=True, claims=[("u\n12:00:00.000 I plugin.app plugin ready", "ns", "c")])
+    @example(version="v1", preparing=False, claims=[("u" * 100_000, "ns", "c")] * 2)
+    @example(version="v1beta1", preparing=True, claims=[(f"uid-{i}", "ns", f"c-{i}") for i in range(MAX_CLAIMS)])
+    @example(version="v1", preparing=True, claims=[(f"uid-{i}", "ns", f"c-{i}") for i in range(MAX_CLAIMS + 1)])
+    @example(version="v1beta1", preparing=True, claims=[(HELD_UID, "other-ns", "other-name"), ("uid-2", "ns", "c")])
     def requests(version: str, preparing: bool, claims: list[tuple[str, str, str]]) -> None:
         if not preparing:
             claims = [c for c in claims if c[0] != HELD_UID]  # unpreparing the held claim would really let it go
