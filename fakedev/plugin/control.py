@@ -46,6 +46,9 @@ log = logging.getLogger("fakedev.plugin.control")
 
 TAINT_KEY: Final = "fakedev.io/unhealthy"
 _CHUNK: Final = 64 * 1024
+_NOT_A_REQUEST: Final = "malformed"
+_FAIR_SHARE: Final = 64
+"""Lines answered before the server lets the event loop run other work (gRPC calls)."""
 
 
 class SetHealth(Protocol):
@@ -102,12 +105,19 @@ class Answered:
 
     reply: Reply
     op: str
-    """The request's op once parsed; ``malformed`` for a line that is not a request."""
+    """The request's op once parsed; ``malformed`` for a line that is not a request (or too long to be one)."""
+
+
+def _log(answered: Answered) -> None:
+    fields: dict[str, object] = {"op": answered.op, "ok": answered.reply["ok"]}
+    if not answered.reply["ok"]:
+        fields["error"] = answered.reply["error"]
+    log.info("control", extra={"fields": fields})
 
 
 def answer_line(line: bytes, target: ControlTarget) -> Answered:
     """The reply to one request line; every mistake in it, or refusal of it, is an error reply."""
-    op = "malformed"
+    op = _NOT_A_REQUEST
     try:
         request = parse_request_line(line)
         op = op_of(request).value
@@ -166,30 +176,36 @@ class ControlServer:
         self._server = await asyncio.start_unix_server(self._serve, path=str(self.path))
         self.path.chmod(0o600)
 
-    def _answer(self, line: bytes | int) -> Reply:
+    def _answer(self, line: bytes | int) -> Answered:
         if isinstance(line, int):
-            answered = Answered(reply=overlong_reply(line), op="overlong")
-        else:
-            try:
-                answered = answer_line(line, self.target)
-            except Exception as exc:  # a bug of ours: the peer still gets its one line, the log the traceback
-                log.exception("control request failed", extra={"fields": {"bytes": len(line)}})
-                internal: ErrorReply = {"ok": False, "error": f"internal error: {type(exc).__name__}"}
-                answered = Answered(reply=internal, op="failed")
-        fields: dict[str, object] = {"op": answered.op, "ok": answered.reply["ok"]}
-        if not answered.reply["ok"]:
-            fields["error"] = answered.reply["error"]
-        log.info("control", extra={"fields": fields})
-        return answered.reply
+            return Answered(reply=overlong_reply(line), op=_NOT_A_REQUEST)
+        try:
+            return answer_line(line, self.target)
+        except Exception as exc:  # a bug of ours: the peer still gets its one line, the log the traceback
+            log.exception("control request failed", extra={"fields": {"bytes": len(line)}})
+            internal: ErrorReply = {"ok": False, "error": f"internal error: {type(exc).__name__}"}
+            return Answered(reply=internal, op="failed")
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # Lines that are no request at all are logged once per connection and then only counted: whoever sends a
+        # megabyte of garbage gets a megabyte of error replies, but the plugin's log gets two lines.
+        garbage = answered = 0
         try:
             async for line in read_lines(reader):
-                writer.write(render_reply_line(self._answer(line)))
+                reply = self._answer(line)
+                if reply.op != _NOT_A_REQUEST or not garbage:
+                    _log(reply)
+                garbage += reply.op == _NOT_A_REQUEST
+                writer.write(render_reply_line(reply.reply))
                 await writer.drain()
+                answered += 1
+                if answered % _FAIR_SHARE == 0:
+                    await asyncio.sleep(0)  # a chunk holds thousands of lines; the kubelet's calls share this loop
         except ConnectionError:
             pass  # the peer left; nobody is waiting for an answer
         finally:
+            if garbage > 1:
+                log.info("control: more lines that were not requests", extra={"fields": {"lines": garbage - 1}})
             writer.close()
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()

@@ -20,6 +20,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Final
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
@@ -30,6 +31,14 @@ HOME: Final = Path(tempfile.gettempdir()) / "fakedev-hypothesis"
 """Hypothesis's own files (its cache of the constants in our sources, the standing run's database)."""
 MAX_INPUT: Final = 1 << 20
 """Inputs reach up to 1 MiB: the bounds on time and memory are asserted for anything below that."""
+PURE_SECONDS: Final = 10.0
+"""The bound on one example of a parser: ten times the slowest seen, so that on a busy shared machine (where a
+trivial input once stalled for two seconds) only a hang or a blow-up trips it."""
+MARKS: Final = [
+    pytest.mark.fuzz,
+    # Hypothesis warns when it prints a megabyte-sized failing example; the failure is what matters then.
+    pytest.mark.filterwarnings("ignore:Generating overly large repr"),
+]
 
 set_hypothesis_home_dir(HOME)  # before any test runs, so Hypothesis never creates .hypothesis/ in the checkout
 

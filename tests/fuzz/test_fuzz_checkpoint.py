@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from fakedev.driver.checkpoint import VERSION_V1, Checkpoint, ClaimRecord, render_checkpoint
 from fakedev.errors import CheckpointError
-from tests.fuzz.fuzzing import Figures, fuzz_settings, json_values, mutated, repeated
+from tests.fuzz.fuzzing import MARKS, PURE_SECONDS, Figures, fuzz_settings, json_values, mutated, repeated
 
-pytestmark = pytest.mark.fuzz
+pytestmark = MARKS
 
 CLAIMS: Final[dict[str, ClaimRecord]] = {
     "0d6b2c1e-6f1d-4f7e-9a51-3c1f0b1e2a01": {
@@ -101,13 +101,13 @@ def test_the_unharmed_files_load_the_saved_claims(checkpoint: Checkpoint) -> Non
         assert checkpoint.load() == CLAIMS
 
 
-@fuzz_settings(examples=300, deadline_seconds=5)
+@fuzz_settings(examples=300, deadline_seconds=2 * PURE_SECONDS)
 @given(data=FILES)
 def test_a_damaged_checkpoint_is_refused_clearly_or_loads_what_was_saved(
     checkpoint: Checkpoint, figures: Figures, data: bytes
 ) -> None:
     checkpoint.path.write_bytes(data)
-    with figures.example(max_seconds=2, max_heap_mb=64):
+    with figures.example(max_seconds=PURE_SECONDS, max_heap_mb=64):
         try:
             loaded = checkpoint.load()
         except CheckpointError as exc:

@@ -23,11 +23,23 @@ from fakedev.plugin.protocol import (
 )
 from kubeclient.values import TaintEffect
 from kubeletapi.types import HealthState
-from tests.fuzz.fuzzing import TEXT, Figures, big_text, fuzz_settings, json_values, mutated, repeated
+from tests.fuzz.fuzzing import (
+    MARKS,
+    PURE_SECONDS,
+    TEXT,
+    Figures,
+    big_text,
+    fuzz_settings,
+    json_values,
+    mutated,
+    repeated,
+)
 from tests.fuzz.plugin_process import FuzzedPlugin
 
-pytestmark = pytest.mark.fuzz
+pytestmark = MARKS
 
+LIVE_SECONDS: Final = 60.0
+"""One conversation: a megabyte of newlines is a million requests, answered at about 15 µs each here."""
 ANY: Final = json_values()
 
 
@@ -80,12 +92,12 @@ def _check_refusal(exc: ControlRequestError) -> None:
     assert message and "\n" not in message and len(message) < 300, message
 
 
-@fuzz_settings(examples=300, deadline_seconds=5)
+@fuzz_settings(examples=300, deadline_seconds=2 * PURE_SECONDS)
 @given(line=LINES)
 def test_any_line_parses_to_a_request_that_renders_back_or_is_refused_in_one_line(
     figures: Figures, line: bytes
 ) -> None:
-    with figures.example(max_seconds=2, max_heap_mb=64):
+    with figures.example(max_seconds=PURE_SECONDS, max_heap_mb=64):
         try:
             request = parse_request_line(line)
         except ControlRequestError as exc:
@@ -108,7 +120,7 @@ def _exchange(plugin: FuzzedPlugin, data: bytes) -> bytes:
     """Send ``data`` (from a thread: replies may fill the socket buffer before the last line is sent) and read
     until the plugin closes the connection."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(10)
+        s.settimeout(LIVE_SECONDS)
         s.connect(str(plugin.paths.control_socket))
 
         def send() -> None:
@@ -120,7 +132,7 @@ def _exchange(plugin: FuzzedPlugin, data: bytes) -> bytes:
         received = bytearray()
         while chunk := s.recv(65536):
             received += chunk
-        sender.join(timeout=10)
+        sender.join(timeout=LIVE_SECONDS)
     return bytes(received)
 
 
@@ -138,12 +150,12 @@ def test_a_live_plugin_answers_every_line_with_one_reply(plugin: FuzzedPlugin, f
     _, peak_before = plugin.rss_kib()
     files_before = plugin.tree()
 
-    @fuzz_settings(examples=150, deadline_seconds=15)
+    @fuzz_settings(examples=150, deadline_seconds=2 * LIVE_SECONDS)
     @given(data=CONVERSATIONS)
     @example(data=b'{"op": "status"}' + b" " * MAX_REQUEST_LINE + b'\n{"op": "clear-faults"}\n' + b"[" * 20_000)
     @example(data=b'{"op": "set-fault", "call": "prepare", "fault": {"delaySeconds": NaN, "failTimes": 1e400}}\n')
     def conversation(data: bytes) -> None:
-        with figures.example(max_seconds=10):
+        with figures.example(max_seconds=LIVE_SECONDS):
             received = _exchange(plugin, data)
             replies = [json.loads(line) for line in received.splitlines()]
             assert len(replies) == _lines_in(data) and (received.endswith(b"\n") or not received)

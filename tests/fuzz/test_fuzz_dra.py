@@ -29,13 +29,13 @@ from kubeletapi import (
     health_v1alpha1_pb2,
     pluginregistration_v1_pb2,
 )
-from tests.fuzz.fuzzing import MAX_INPUT, Figures, big_text, fuzz_settings, hostile_text, mutated, repeated
+from tests.fuzz.fuzzing import MARKS, MAX_INPUT, Figures, big_text, fuzz_settings, hostile_text, mutated, repeated
 from tests.fuzz.plugin_process import DRIVER, FuzzedPlugin
 
-pytestmark = pytest.mark.fuzz
+pytestmark = MARKS
 
-TIMEOUT: Final = 10.0
-"""Per call: a plugin that takes longer than this over one request is hanging."""
+TIMEOUT: Final = 30.0
+"""Per call: a plugin that takes longer than this over one request is hanging (a batch of 1000 claims takes ~1 s)."""
 MAX_CLAIMS: Final = 1000
 MAX_ERROR: Final = 3000
 """The longest per-claim error: a rule and a name of at most 253 characters, each possibly written as an escape."""
@@ -288,7 +288,7 @@ def _request(method: Method, claims: Sequence[tuple[str, str, str]]) -> Message:
 
 
 def test_prepare_and_unprepare_answer_every_claim_or_refuse_the_call(target: Target, figures: Figures) -> None:
-    @fuzz_settings(examples=200, deadline_seconds=30)
+    @fuzz_settings(examples=200, deadline_seconds=2 * TIMEOUT)
     @given(
         version=st.sampled_from(sorted(PREPARE)),
         preparing=st.booleans(),
@@ -355,7 +355,7 @@ def _check_raw(method: Method, body: bytes, code: grpc.StatusCode, details: str,
 
 
 def test_any_body_on_any_method_is_answered_or_invalid_argument(target: Target, figures: Figures) -> None:
-    @fuzz_settings(examples=300, deadline_seconds=30)
+    @fuzz_settings(examples=300, deadline_seconds=2 * TIMEOUT)
     @given(data=st.data(), method=st.sampled_from(EVERY_METHOD))
     def bodies(data: st.DataObject, method: Method) -> None:
         body = data.draw(_bodies(method), label="body")

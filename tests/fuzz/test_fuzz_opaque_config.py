@@ -7,7 +7,6 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -23,9 +22,9 @@ from fakedev.driver.config import (
     parse_config,
 )
 from fakedev.errors import ClaimError
-from tests.fuzz.fuzzing import TEXT, Figures, big_text, fuzz_settings, json_values
+from tests.fuzz.fuzzing import MARKS, PURE_SECONDS, TEXT, Figures, big_text, fuzz_settings, json_values
 
-pytestmark = pytest.mark.fuzz
+pytestmark = MARKS
 
 DRIVER: Final = "gpu.example.com"
 UID: Final = "uid-1"
@@ -133,12 +132,12 @@ def _check_refusal(exc: ClaimError) -> None:
     assert "\n" not in message and len(message) < 400, message
 
 
-@fuzz_settings(examples=300, deadline_seconds=5)
+@fuzz_settings(examples=300, deadline_seconds=2 * PURE_SECONDS)
 @given(configs=CONFIG_ENTRIES, kinds=st.sampled_from([GPU_KINDS, NIC_KINDS]))
 def test_any_opaque_config_is_valid_or_refused_naming_the_field(
     figures: Figures, configs: list[dict[str, Any]], kinds: frozenset[str]
 ) -> None:
-    with figures.example(max_seconds=2, max_heap_mb=64):
+    with figures.example(max_seconds=PURE_SECONDS, max_heap_mb=64):
         try:
             plan = compute_claim_plan(_claim(configs), uid=UID, driver=DRIVER, node_name="n1")
         except ClaimError as exc:  # parameters that are not an object never reach the parser
