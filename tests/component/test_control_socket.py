@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import json
+import logging
 import socket
 import tempfile
 from collections.abc import Callable, Iterator
@@ -206,6 +207,20 @@ def test_every_line_gets_one_reply_and_the_connection_stays_open(
     answers = [json.loads(line) for line in lines]
     assert [{k: a[k] for k in r} for a, r in zip(answers, replies, strict=True)] == replies
     assert target.faults == Faults()
+
+
+def test_a_flood_of_garbage_lines_is_answered_line_by_line_but_logged_twice(
+    tmp_path: Path, target: ControlTarget, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "control.sock"
+    with caplog.at_level(logging.INFO, logger="fakedev.plugin.control"):
+        lines = _serve(path, target, lambda: _exchange(path, b"x\n" * 1000 + b'{"op": "clear-faults"}\n'))
+    assert len(lines) == 1001 and json.loads(lines[-1]) == {"ok": True}
+    assert [(r.getMessage(), getattr(r, "fields", {})) for r in caplog.records] == [
+        ("control", {"op": "malformed", "ok": False, "error": "not JSON: Expecting value: line 1 column 1 (char 0)"}),
+        ("control", {"op": "clear-faults", "ok": True}),
+        ("control: more lines that were not requests", {"lines": 999}),
+    ]
 
 
 def test_fault_cli_refuses_an_overlong_error_before_sending(
