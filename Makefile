@@ -6,10 +6,11 @@ PY := $(VENV)/bin/python
 FAKEDEV := $(VENV)/bin/fakedev
 STAMP := $(VENV)/.installed
 JOBS ?= 2
+FUZZ_EXAMPLES ?= 10000
 export GOTOOLCHAIN := local
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help deps venv build run test test-fast check bench cluster cluster-down gomod clean
+.PHONY: help deps venv build run test test-fast check bench fuzz cluster cluster-down gomod clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -46,6 +47,9 @@ check: venv ## ruff, mypy --strict, import-linter layering contracts
 
 bench: build ## Benchmarks; results in build/bench/results.json
 	$(FAKEDEV) bench --out build/bench
+
+fuzz: venv ## Standing fuzz run: 10 000 random examples per target (FUZZ_EXAMPLES=N), then per-target figures
+	FAKEDEV_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest tests/fuzz -m fuzz -n $(JOBS) -q
 
 cluster: build ## Start a local control plane in the background (stop it with `make cluster-down`)
 	$(FAKEDEV) cluster up

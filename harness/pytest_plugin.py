@@ -43,6 +43,7 @@ MARKERS = {
     "cluster": "needs the real local control plane (built by `fakedev cluster build`)",
     "privileged": "needs root: network namespaces, veths, runc",
     "slow": "takes more than a few seconds on purpose (waits on real controllers)",
+    "fuzz": "a Hypothesis fuzz target (few examples by default; FAKEDEV_FUZZ_EXAMPLES=N for the standing run)",
 }
 
 

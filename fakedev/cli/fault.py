@@ -17,6 +17,7 @@ from fakedev.faults import CallFault
 from fakedev.plugin.app import DEFAULT_KUBELET_ROOT
 from fakedev.plugin.paths import PluginPaths
 from fakedev.plugin.protocol import (
+    MAX_TEXT,
     AckReply,
     Call,
     ControlClient,
@@ -42,6 +43,20 @@ Process-level faults (kill, stop, restart, socket removal) are done by `fakedev 
 """
 
 
+def free_text(text: str) -> str:
+    """An ``argparse`` type: text the control protocol carries (a fault's error, a health message)."""
+    if len(text) > MAX_TEXT:
+        raise argparse.ArgumentTypeError(f"at most {MAX_TEXT} characters, not {len(text)}")
+    return text
+
+
+def fault_error(text: str) -> str:
+    """An ``argparse`` type: a fault's error text (an empty one would make the failing calls look prepared)."""
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return free_text(text)
+
+
 def add_parser(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "fault",
@@ -58,7 +73,7 @@ def add_parser(sub: Any) -> None:
     h = verbs.add_parser("health", help="set a device's health")
     h.add_argument("device")
     h.add_argument("--state", required=True, choices=[h.value for h in HealthState])
-    h.add_argument("--message", default="")
+    h.add_argument("--message", type=free_text, default="")
     h.add_argument(
         "--taint",
         choices=[e.value for e in TaintEffect],
@@ -69,7 +84,12 @@ def add_parser(sub: Any) -> None:
         c = verbs.add_parser(call.value, help=f"slow down or fail {call} calls")
         c.add_argument("--delay", type=float, default=0.0, help="seconds each call waits first")
         c.add_argument("--fail", type=int, default=0, help="fail this many calls (-1: all until cleared)")
-        c.add_argument("--error", default="injected fault", help="the per-claim error text")
+        c.add_argument(
+            "--error",
+            type=fault_error,
+            default="injected fault",
+            help=f"the per-claim error text (at most {MAX_TEXT} characters)",
+        )
     verbs.add_parser("clear", help="remove every call fault")
     n = verbs.add_parser("nic", help="NIC hardware faults on an emulated node (needs no running plugin)")
     n.add_argument("action", choices=["unplug", "replug", "down", "up"])

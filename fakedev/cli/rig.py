@@ -51,18 +51,25 @@ PLUGIN_PLACEHOLDERS: Final = (
     "{kubeconfig}",
 )
 """Where a plugin learns its node: the harness fills these per node (:mod:`harness.node.drivers`)."""
+NO_API_ARGUMENTS: Final = (*PLUGIN_PLACEHOLDERS[:6], "--no-api")
+"""The same for a plugin that serves its sockets without an API server (socket-level tests)."""
 
 
-def plugin_arguments(*, profile: str, schema: Schema | None = None, extra: Sequence[str] = ()) -> tuple[str, ...]:
+def plugin_arguments(
+    *, profile: str, schema: Schema | None = None, extra: Sequence[str] = (), api: bool = True
+) -> tuple[str, ...]:
     """The arguments of ``fakedev plugin`` (after the command word) for a node the harness names through placeholders;
-    ``schema`` None: the profile's only one."""
+    ``schema`` None: the profile's only one; ``api`` False: no API server (no slices, every unknown claim fails)."""
     chosen = ("--schema", schema.value) if schema is not None else ()
-    return ("--profile", profile, *chosen, *PLUGIN_PLACEHOLDERS, *extra)
+    return ("--profile", profile, *chosen, *(PLUGIN_PLACEHOLDERS if api else NO_API_ARGUMENTS), *extra)
 
 
-def plugin_command(*, profile: str, schema: Schema | None = None, extra: Sequence[str] = ()) -> tuple[str, ...]:
+def plugin_command(
+    *, profile: str, schema: Schema | None = None, extra: Sequence[str] = (), api: bool = True
+) -> tuple[str, ...]:
     """``fakedev plugin`` as the harness launches any driver: a command line with per-node placeholders."""
-    return (sys.executable, "-m", "fakedev", "plugin", *plugin_arguments(profile=profile, schema=schema, extra=extra))
+    arguments = plugin_arguments(profile=profile, schema=schema, extra=extra, api=api)
+    return (sys.executable, "-m", "fakedev", "plugin", *arguments)
 
 
 # -- hardware ------------------------------------------------------------------------------------------------------

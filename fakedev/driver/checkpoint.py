@@ -83,7 +83,7 @@ def render_checkpoint(claims: dict[str, ClaimRecord]) -> bytes:
 def parse_checkpoint(data: bytes, *, source: str) -> dict[str, ClaimRecord]:
     try:
         doc = json.loads(data)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # bad UTF-8 and bad JSON are ValueErrors; nesting too deep is not
         raise CheckpointError(
             f"{source}: not valid JSON ({exc}); kept for inspection, the plugin will not start"
         ) from exc

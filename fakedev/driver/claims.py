@@ -52,11 +52,11 @@ class ClaimPlan:
 
 def check_claim_ref(*, uid: str, namespace: str, name: str) -> None:
     """Refuse names that are not Kubernetes names before they reach a URL or a file path."""
-    if not _UID.match(uid):
+    if not _UID.fullmatch(uid):
         raise ClaimError(f"claim uid {uid!r} is not a valid UID")
-    if len(namespace) > 63 or not _DNS_LABEL.match(namespace):
+    if len(namespace) > 63 or not _DNS_LABEL.fullmatch(namespace):
         raise ClaimError(f"claim namespace {namespace!r} is not a valid namespace name")
-    if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+    if len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
         raise ClaimError(f"claim name {name!r} is not a valid object name")
 
 

@@ -2,7 +2,9 @@
 
 Accepted ``apiVersion``s: ours (``resource.fakedev.io/v1alpha1``), NVIDIA's (``resource.nvidia.com/v1beta1``) and the
 example driver's (``gpu.resource.example.com/v1alpha1``), so manifests written for the real drivers work unchanged.
-Unknown kinds, unknown fields and bad values are errors naming the field.
+Unknown kinds, unknown fields and bad values are errors naming the field. The parameters are any JSON a user put
+in a claim or class, so every check takes any value, and an error quotes a value at most about 60 characters long
+and on one line: it becomes the claim's gRPC answer and the kubelet's event.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ STRATEGIES: Final = frozenset({"TimeSlicing", "SpaceSharing", "MPS"})
 INTERVALS: Final = frozenset({"Default", "Short", "Medium", "Long"})
 _ENV_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _IFNAME: Final = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
+_PLAIN_KEY: Final = re.compile(r"^[A-Za-z0-9_.-]{1,60}$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,10 +51,24 @@ def _fail(path: str, rule: str) -> ClaimError:
     return ClaimError(f"invalid opaque config: {path}: {rule}")
 
 
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _key(key: object) -> str:
+    """A field name as a path shows it: plain names as they are, anything else quoted and cut short."""
+    return key if isinstance(key, str) and _PLAIN_KEY.fullmatch(key) else _shown(key)
+
+
+def _one_of(value: object, choices: frozenset[str]) -> bool:
+    return isinstance(value, str) and value in choices  # a list or an object is no choice (nor hashable)
+
+
 def _only(obj: Mapping[str, Any], *, path: str, allowed: set[str]) -> None:
-    unknown = sorted(set(obj) - allowed)
+    unknown = sorted(str(k) for k in set(obj) - allowed)
     if unknown:
-        raise _fail(f"{path}.{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(allowed))})")
+        raise _fail(f"{path}.{_key(unknown[0])}", f"unknown field (allowed: {', '.join(sorted(allowed))})")
 
 
 def _sharing(obj: Any, *, path: str) -> Sharing:
@@ -59,8 +76,8 @@ def _sharing(obj: Any, *, path: str) -> Sharing:
         raise _fail(path, "must be an object")
     _only(obj, path=path, allowed={"strategy", "timeSlicingConfig", "spaceSharingConfig", "mpsConfig"})
     strategy = obj.get("strategy")
-    if strategy not in STRATEGIES:
-        raise _fail(f"{path}.strategy", f"must be one of {', '.join(sorted(STRATEGIES))}, not {strategy!r}")
+    if not _one_of(strategy, STRATEGIES):
+        raise _fail(f"{path}.strategy", f"must be one of {', '.join(sorted(STRATEGIES))}, not {_shown(strategy)}")
     interval = "Default"
     if "timeSlicingConfig" in obj:
         ts = obj["timeSlicingConfig"]
@@ -68,7 +85,7 @@ def _sharing(obj: Any, *, path: str) -> Sharing:
             raise _fail(f"{path}.timeSlicingConfig", "must be an object")
         _only(ts, path=f"{path}.timeSlicingConfig", allowed={"interval"})
         interval = ts.get("interval", "Default")
-        if interval not in INTERVALS:
+        if not _one_of(interval, INTERVALS):
             raise _fail(f"{path}.timeSlicingConfig.interval", f"must be one of {', '.join(sorted(INTERVALS))}")
     count = None
     for key in ("spaceSharingConfig", "mpsConfig"):
@@ -88,10 +105,10 @@ def _env(obj: Any, *, path: str) -> dict[str, str]:
         raise _fail(path, "must be an object of strings")
     env = {}
     for key, value in obj.items():
-        if not isinstance(key, str) or not _ENV_NAME.match(key):
-            raise _fail(f"{path}.{key}", "is not a valid environment variable name")
+        if not isinstance(key, str) or not _ENV_NAME.fullmatch(key):
+            raise _fail(f"{path}.{_key(key)}", "is not a valid environment variable name")
         if not isinstance(value, str):
-            raise _fail(f"{path}.{key}", "must be a string")
+            raise _fail(f"{path}.{_key(key)}", "must be a string")
         env[key] = value
     return env
 
@@ -99,14 +116,16 @@ def _env(obj: Any, *, path: str) -> dict[str, str]:
 def parse_config(parameters: Mapping[str, Any], *, kinds: frozenset[str], path: str = "parameters") -> DeviceConfig:
     """One opaque parameters object → a partial DeviceConfig."""
     api_version, kind = parameters.get("apiVersion"), parameters.get("kind")
-    if api_version not in API_VERSIONS:
-        raise _fail(f"{path}.apiVersion", f"must be one of {', '.join(sorted(API_VERSIONS))}, not {api_version!r}")
-    if kind not in kinds:
-        raise _fail(f"{path}.kind", f"must be one of {', '.join(sorted(kinds))} for this device, not {kind!r}")
+    if not _one_of(api_version, API_VERSIONS):
+        raise _fail(
+            f"{path}.apiVersion", f"must be one of {', '.join(sorted(API_VERSIONS))}, not {_shown(api_version)}"
+        )
+    if not _one_of(kind, kinds):
+        raise _fail(f"{path}.kind", f"must be one of {', '.join(sorted(kinds))} for this device, not {_shown(kind)}")
     if kind in NIC_KINDS:
         _only(parameters, path=path, allowed={"apiVersion", "kind", "interfaceName", "mtu", "addresses", "ipv6", "env"})
         ifname = parameters.get("interfaceName")
-        if ifname is not None and (not isinstance(ifname, str) or not _IFNAME.match(ifname)):
+        if ifname is not None and (not isinstance(ifname, str) or not _IFNAME.fullmatch(ifname)):
             raise _fail(f"{path}.interfaceName", "must be 1-15 characters of letters, digits, '_', '.', '-'")
         mtu = parameters.get("mtu")
         if mtu is not None and (not isinstance(mtu, int) or isinstance(mtu, bool) or not 68 <= mtu <= 65535):

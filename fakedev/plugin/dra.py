@@ -1,19 +1,25 @@
 """DRA v1 and v1beta1 services: translate protobuf to the driver core's types and back.
 
 Whole-call problems (empty or duplicate claim UIDs, an oversized batch) are INVALID_ARGUMENT; anything about one
-claim goes into that claim's entry, so one bad claim never fails its neighbours.
+claim goes into that claim's entry, so one bad claim never fails its neighbours. A claim whose UID, namespace or
+name breaks Kubernetes' rules is answered here and never reaches the driver, so its text is neither used for a
+path nor logged; what of a request an answer quotes is cut short (status details travel in a header of at most
+16 KiB, per-claim errors end up in the kubelet's events).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 import grpc
 from grpc import aio
 
+from fakedev.driver.claims import check_claim_ref
+from fakedev.errors import ClaimError
 from fakedev.plugin.types import DriverCore
 from kubeletapi import dra_v1_pb2 as v1
 from kubeletapi import dra_v1_pb2_grpc as v1_grpc
@@ -25,6 +31,10 @@ log = logging.getLogger("fakedev.plugin.dra")
 
 MAX_CLAIMS_PER_CALL: Final = 1000
 """A pod has at most a few dozen claims; a batch far beyond that is a broken caller, not a workload."""
+MAX_REF_CHARS: Final = 253
+"""The longest object name Kubernetes allows; UIDs and namespaces are shorter still. A longer value is refused
+before the driver's own rules see it, in an error that does not repeat it."""
+_SHOWN: Final = 60
 
 
 class _WireClaim(Protocol):
@@ -33,32 +43,82 @@ class _WireClaim(Protocol):
     name: str
 
 
-def compute_claim_refs(claims: Sequence[_WireClaim]) -> tuple[list[ClaimRef], str]:
-    """The claims of a request, or an error message that makes the whole call INVALID_ARGUMENT."""
+def shown(value: str) -> str:
+    """A value from a request as an error quotes it: on one line (``repr``) and at most about 60 characters."""
+    text = repr(value)
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
+
+
+def compute_refusal(claim: _WireClaim) -> str:
+    """Why this claim cannot be prepared or unprepared as named, or "" when its names are valid."""
+    for key, value in (("uid", claim.uid), ("namespace", claim.namespace), ("name", claim.name)):
+        if len(value) > MAX_REF_CHARS:
+            return f"claim {key} {shown(value)} ({len(value)} characters) is too long to be valid"
+    try:
+        check_claim_ref(uid=claim.uid, namespace=claim.namespace, name=claim.name)
+    except ClaimError as exc:
+        return str(exc)
+    return ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClaimBatch:
+    """A request's claims sorted out: those for the driver, those refused here, or a problem with the whole call."""
+
+    refs: tuple[ClaimRef, ...] = ()
+    refused: Mapping[str, str] = field(default_factory=dict)
+    """UID → why, for claims whose names are not valid."""
+    problem: str = ""
+    """Non-empty: the whole call is INVALID_ARGUMENT, for this reason."""
+
+
+def compute_claim_batch(claims: Sequence[_WireClaim]) -> ClaimBatch:
+    """Sort out the claims of a request (pure)."""
     if len(claims) > MAX_CLAIMS_PER_CALL:
-        return [], f"{len(claims)} claims in one call; at most {MAX_CLAIMS_PER_CALL} are accepted"
-    refs, seen = [], set()
+        return ClaimBatch(
+            refused={}, problem=f"{len(claims)} claims in one call; at most {MAX_CLAIMS_PER_CALL} are accepted"
+        )
+    refs: list[ClaimRef] = []
+    refused: dict[str, str] = {}
+    seen: set[str] = set()
     for index, claim in enumerate(claims):
         if not claim.uid:
-            return [], f"claims[{index}] has an empty uid"
+            return ClaimBatch(problem=f"claims[{index}] has an empty uid")
         if claim.uid in seen:
-            return [], f"claims[{index}] repeats uid {claim.uid}"
+            return ClaimBatch(problem=f"claims[{index}] repeats uid {shown(claim.uid)}")
         seen.add(claim.uid)
-        refs.append(ClaimRef(uid=claim.uid, namespace=claim.namespace, name=claim.name))
-    return refs, ""
+        if refusal := compute_refusal(claim):
+            refused[claim.uid] = refusal
+        else:
+            refs.append(ClaimRef(uid=claim.uid, namespace=claim.namespace, name=claim.name))
+    return ClaimBatch(refs=tuple(refs), refused=refused)
 
 
-async def _refs_or_abort(claims: Sequence[_WireClaim], context: aio.ServicerContext[object, object]) -> list[ClaimRef]:
-    refs, problem = compute_claim_refs(claims)
-    if problem:
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
-    return refs
+async def _batch_or_abort(claims: Sequence[_WireClaim], context: aio.ServicerContext[object, object]) -> ClaimBatch:
+    batch = compute_claim_batch(claims)
+    if batch.problem:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, batch.problem)
+    return batch
 
 
-def _log_call(method: str, refs: Sequence[ClaimRef], started: float, errors: int) -> None:
+async def _prepare(core: DriverCore, batch: ClaimBatch) -> dict[str, PrepareResult]:
+    results = {uid: PrepareResult(error=error) for uid, error in batch.refused.items()}
+    if batch.refs:
+        results.update(await core.prepare(batch.refs))
+    return results
+
+
+async def _unprepare(core: DriverCore, batch: ClaimBatch) -> dict[str, str]:
+    errors = dict(batch.refused)
+    if batch.refs:
+        errors.update(await core.unprepare(batch.refs))
+    return errors
+
+
+def _log_call(method: str, claims: int, started: float, errors: int) -> None:
     log.info(
         method,
-        extra={"fields": {"claims": len(refs), "failed": errors, "ms": round((time.monotonic() - started) * 1e3, 2)}},
+        extra={"fields": {"claims": claims, "failed": errors, "ms": round((time.monotonic() - started) * 1e3, 2)}},
     )
 
 
@@ -70,24 +130,22 @@ class DraV1Servicer(v1_grpc.DRAPluginServicer):
         self, request: v1.NodePrepareResourcesRequest, context: aio.ServicerContext[object, object]
     ) -> v1.NodePrepareResourcesResponse:
         started = time.monotonic()
-        refs = await _refs_or_abort(request.claims, context)
-        results = await self._core.prepare(refs)
+        results = await _prepare(self._core, await _batch_or_abort(request.claims, context))
         response = v1.NodePrepareResourcesResponse()
         for uid, result in results.items():
             response.claims[uid].CopyFrom(_v1_result(result))
-        _log_call("NodePrepareResources", refs, started, sum(bool(r.error) for r in results.values()))
+        _log_call("NodePrepareResources", len(results), started, sum(bool(r.error) for r in results.values()))
         return response
 
     async def NodeUnprepareResources(
         self, request: v1.NodeUnprepareResourcesRequest, context: aio.ServicerContext[object, object]
     ) -> v1.NodeUnprepareResourcesResponse:
         started = time.monotonic()
-        refs = await _refs_or_abort(request.claims, context)
-        errors = await self._core.unprepare(refs)
+        errors = await _unprepare(self._core, await _batch_or_abort(request.claims, context))
         response = v1.NodeUnprepareResourcesResponse()
         for uid, error in errors.items():
             response.claims[uid].error = error
-        _log_call("NodeUnprepareResources", refs, started, sum(bool(e) for e in errors.values()))
+        _log_call("NodeUnprepareResources", len(errors), started, sum(bool(e) for e in errors.values()))
         return response
 
 
@@ -118,8 +176,7 @@ class DraV1beta1Servicer(v1beta1_grpc.DRAPluginServicer):
         self, request: v1beta1.NodePrepareResourcesRequest, context: aio.ServicerContext[object, object]
     ) -> v1beta1.NodePrepareResourcesResponse:
         started = time.monotonic()
-        refs = await _refs_or_abort(request.claims, context)
-        results = await self._core.prepare(refs)
+        results = await _prepare(self._core, await _batch_or_abort(request.claims, context))
         response = v1beta1.NodePrepareResourcesResponse()
         for uid, result in results.items():
             entry = response.claims[uid]
@@ -133,17 +190,16 @@ class DraV1beta1Servicer(v1beta1_grpc.DRAPluginServicer):
                     device_name=d.device,
                     cdi_device_ids=list(d.cdi_device_ids),
                 )
-        _log_call("NodePrepareResources/v1beta1", refs, started, sum(bool(r.error) for r in results.values()))
+        _log_call("NodePrepareResources/v1beta1", len(results), started, sum(bool(r.error) for r in results.values()))
         return response
 
     async def NodeUnprepareResources(
         self, request: v1beta1.NodeUnprepareResourcesRequest, context: aio.ServicerContext[object, object]
     ) -> v1beta1.NodeUnprepareResourcesResponse:
         started = time.monotonic()
-        refs = await _refs_or_abort(request.claims, context)
-        errors = await self._core.unprepare(refs)
+        errors = await _unprepare(self._core, await _batch_or_abort(request.claims, context))
         response = v1beta1.NodeUnprepareResourcesResponse()
         for uid, error in errors.items():
             response.claims[uid].error = error
-        _log_call("NodeUnprepareResources/v1beta1", refs, started, sum(bool(e) for e in errors.values()))
+        _log_call("NodeUnprepareResources/v1beta1", len(errors), started, sum(bool(e) for e in errors.values()))
         return response

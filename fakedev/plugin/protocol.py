@@ -11,6 +11,7 @@ a one-line :class:`~fakedev.errors.ControlRequestError` naming the field.
     {"op": "clear-faults"}
 
 Replies: :class:`StatusReply`, :class:`AckReply` (:class:`FaultAckReply` for set-fault) or :class:`ErrorReply`.
+Everything is bounded: a line (64 KiB), a delay (an hour), a device name (63 characters), free text (1024).
 """
 
 from __future__ import annotations
@@ -31,6 +32,15 @@ from kubeclient.values import TaintEffect
 from kubeletapi.types import HealthState
 
 DEFAULT_TIMEOUT: Final = 10.0
+MAX_REQUEST_LINE: Final = 64 * 1024
+"""Bytes in one request line, newline included; the server answers a longer line with an error and reads on."""
+MAX_DELAY_SECONDS: Final = 3600.0
+"""An injected delay beyond an hour is a hang, which the drills do with SIGSTOP; longer ones also overflow sleep."""
+MAX_DEVICE_NAME: Final = 63
+"""A device name in a ResourceSlice is a DNS label."""
+MAX_TEXT: Final = 1024
+"""Characters in the free text a request carries (a fault's error, a health message): the error goes into every
+failed claim's gRPC answer and the kubelet's events, the message onto the health stream and into pod status."""
 
 
 class Op(enum.StrEnum):
@@ -190,15 +200,23 @@ def _string(doc: Mapping[str, object], key: str, *, where: str, default: str | N
     return value
 
 
+def _text(doc: Mapping[str, object], key: str, *, where: str, default: str) -> str:
+    value = _string(doc, key, where=where, default=default)
+    if len(value) > MAX_TEXT:
+        raise ControlRequestError(f"{where}: {key} must be at most {MAX_TEXT} characters, not {len(value)}")
+    return value
+
+
 def _delay(value: object) -> float:
-    rule = f"set-fault: fault: delaySeconds must be a finite number >= 0, not {_shown(value)}"
+    limits = f">= 0 and <= {MAX_DELAY_SECONDS:g}"
+    rule = f"set-fault: fault: delaySeconds must be a finite number {limits}, not {_shown(value)}"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ControlRequestError(rule)
     try:
         seconds = float(value)
     except OverflowError:  # an integer beyond any float
         raise ControlRequestError(rule) from None
-    if not math.isfinite(seconds) or seconds < 0:
+    if not math.isfinite(seconds) or not 0 <= seconds <= MAX_DELAY_SECONDS:
         raise ControlRequestError(rule)
     return seconds
 
@@ -212,10 +230,12 @@ def parse_call_fault(doc: object) -> CallFault:
     times = doc.get("failTimes", default.fail_times)
     if isinstance(times, bool) or not isinstance(times, int) or times < -1:
         raise ControlRequestError(f"set-fault: fault: failTimes must be a whole number >= -1, not {_shown(times)}")
+    error = _text(doc, "error", where="set-fault: fault", default=default.error)
+    if not error:
+        # An empty error is the kubelet's "prepared, no devices": the failing call would look like a success.
+        raise ControlRequestError("set-fault: fault: error must be a non-empty string")
     return CallFault(
-        delay_seconds=_delay(doc.get("delaySeconds", default.delay_seconds)),
-        fail_times=times,
-        error=_string(doc, "error", where="set-fault: fault", default=default.error),
+        delay_seconds=_delay(doc.get("delaySeconds", default.delay_seconds)), fail_times=times, error=error
     )
 
 
@@ -237,6 +257,11 @@ def parse_request(doc: object) -> Request:
             device = _string(doc, "device", where=op.value, default="")
             if not device:
                 raise ControlRequestError("set-health: device must be a non-empty string")
+            if len(device) > MAX_DEVICE_NAME:
+                raise ControlRequestError(
+                    f"set-health: device must be a device name of at most {MAX_DEVICE_NAME} characters, "
+                    f"not {_shown(device)}"
+                )
             # Case-insensitive as the plugin always accepted it; replies spell it Healthy/Unhealthy/Unknown.
             health = doc.get("health")
             spelled = health.lower() if isinstance(health, str) else None
@@ -252,7 +277,7 @@ def parse_request(doc: object) -> Request:
             return SetHealthRequest(
                 device=device,
                 health=state,
-                message=_string(doc, "message", where=op.value, default=""),
+                message=_text(doc, "message", where=op.value, default=""),
                 taint=None if taint is None else TaintEffect(str(taint)),
             )
         case Op.SET_FAULT:
@@ -266,6 +291,8 @@ def parse_request(doc: object) -> Request:
 
 def parse_request_line(line: bytes) -> Request:
     """One request line as the server reads it (raises :class:`ControlRequestError`, never anything else)."""
+    if len(line) > MAX_REQUEST_LINE:
+        raise ControlRequestError(f"the request line is {len(line)} bytes; at most {MAX_REQUEST_LINE} are read")
     try:
         doc = json.loads(line)
     except (ValueError, RecursionError) as exc:  # ValueError covers bad UTF-8 and bad JSON alike

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 from grpc import aio
 
@@ -14,6 +15,8 @@ from kubeletapi import pluginregistration_v1_pb2 as reg_pb
 from kubeletapi import pluginregistration_v1_pb2_grpc as reg_grpc
 
 log = logging.getLogger("fakedev.plugin.registration")
+
+MAX_LOGGED_ERROR: Final = 300
 
 
 @dataclass(kw_only=True)
@@ -51,6 +54,7 @@ class RegistrationServicer(reg_grpc.RegistrationServicer):
         else:
             log.error(
                 "the kubelet refused the registration; still serving",
-                extra={"fields": {"driver": self._info.name, "error": request.error}},
+                # The kubelet's words, cut short: the full text stays in the status the control socket reports.
+                extra={"fields": {"driver": self._info.name, "error": request.error[:MAX_LOGGED_ERROR]}},
             )
         return reg_pb.RegistrationStatusResponse()

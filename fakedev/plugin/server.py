@@ -17,6 +17,7 @@ from grpc import aio
 from fakedev.errors import FakedevError
 from fakedev.plugin.calls import CallLog, CallRecorder
 from fakedev.plugin.dra import DraV1beta1Servicer, DraV1Servicer
+from fakedev.plugin.guard import RequestGuard
 from fakedev.plugin.health import HealthBoard, HealthV1alpha1Servicer, HealthV1Servicer
 from fakedev.plugin.paths import PluginPaths
 from fakedev.plugin.registration import RegistrationServicer, RegistrationState
@@ -50,7 +51,7 @@ class PluginServer:
     versions: Sequence[str] = SUPPORTED_VERSIONS
     registration: RegistrationState = field(default_factory=RegistrationState)
     record_calls: Path | None = None
-    """Record every call served (a JSON line each) to this file; None: no interceptor on the hot path."""
+    """Record every call served (a JSON line each) to this file; None: no recorder on the hot path."""
     _dra: aio.Server | None = None
     _reg: aio.Server | None = None
 
@@ -58,7 +59,9 @@ class PluginServer:
         self.paths.check()
         dra_sock, reg_sock = self.paths.dra_socket, self.paths.registration_socket
         _prepare_socket_path(dra_sock)
-        interceptors = [CallRecorder(log=CallLog(path=self.record_calls))] if self.record_calls else None
+        recorder = [CallRecorder(log=CallLog(path=self.record_calls))] if self.record_calls else []
+        # The guard goes last, so that the recorder sees a request refused as undecodable as a call like any other.
+        interceptors: list[aio.ServerInterceptor] = [*recorder, RequestGuard()]
         self._dra = aio.server(interceptors=interceptors)
         dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1Servicer(core=self.core), self._dra)
         dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1beta1Servicer(core=self.core), self._dra)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import json
+import logging
 import socket
 import tempfile
 from collections.abc import Callable, Iterator
@@ -13,6 +15,7 @@ from typing import TypeVar
 
 import pytest
 
+from fakedev.cli import main
 from fakedev.errors import CheckpointError, ControlRefusedError, ControlUnreachableError
 from fakedev.faults import CallFault, Faults
 from fakedev.model.inventory import resolve_inventory
@@ -151,6 +154,87 @@ def test_a_refused_fault_leaves_the_faults_alone(tmp_path: Path, target: Control
         return caught.value.reason
 
     assert "delaySeconds must be a finite number >= 0" in _serve(path, target, talk)
+    assert target.faults == Faults()
+
+
+def _exchange(path: Path, data: bytes) -> list[bytes]:
+    """Send ``data`` on one connection, close the sending side, and read every reply line until the server closes."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(10)
+        s.connect(str(path))
+        s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+        received = b""
+        while chunk := s.recv(65536):
+            received += chunk
+    return received.splitlines(keepends=True)
+
+
+@pytest.mark.parametrize(
+    ("data", "replies"),
+    [
+        (
+            b'{"op": "status"}' + b" " * 70_000 + b'\n{"op": "clear-faults"}\n',
+            [
+                {"ok": False, "error": "the request line is longer than 65536 bytes (70017 read); dropped"},
+                {"ok": True},
+            ],
+        ),
+        (
+            b"x" * 200_000,
+            [{"ok": False, "error": "the request line is longer than 65536 bytes (200000 read); dropped"}],
+        ),
+        (
+            b'{"op": "set-fault", "call": "prepare", "fault": {"delaySeconds": 1e300}}\n{"op": "clear-faults"}',
+            [
+                {
+                    "ok": False,
+                    "error": "set-fault: fault: delaySeconds must be a finite number >= 0 and <= 3600, not 1e+300",
+                },
+                {"ok": True},
+            ],
+        ),
+        (b"[" * 20_000 + b"\n\n", [{"ok": False}, {"ok": False}]),
+    ],
+    ids=["long-line-then-request", "long-line-without-newline", "delay-beyond-sleep", "deep-json-then-blank"],
+)
+def test_every_line_gets_one_reply_and_the_connection_stays_open(
+    tmp_path: Path, target: ControlTarget, data: bytes, replies: list[dict[str, object]]
+) -> None:
+    path = tmp_path / "control.sock"
+    lines = _serve(path, target, lambda: _exchange(path, data))
+    assert all(line.endswith(b"\n") for line in lines)
+    answers = [json.loads(line) for line in lines]
+    assert [{k: a[k] for k in r} for a, r in zip(answers, replies, strict=True)] == replies
+    assert target.faults == Faults()
+
+
+def test_a_flood_of_garbage_lines_is_answered_line_by_line_but_logged_twice(
+    tmp_path: Path, target: ControlTarget, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "control.sock"
+    with caplog.at_level(logging.INFO, logger="fakedev.plugin.control"):
+        lines = _serve(path, target, lambda: _exchange(path, b"x\n" * 1000 + b'{"op": "clear-faults"}\n'))
+    assert len(lines) == 1001 and json.loads(lines[-1]) == {"ok": True}
+    assert [(r.getMessage(), getattr(r, "fields", {})) for r in caplog.records] == [
+        ("control", {"op": "malformed", "ok": False, "error": "not JSON: Expecting value: line 1 column 1 (char 0)"}),
+        ("control", {"op": "clear-faults", "ok": True}),
+        ("control: more lines that were not requests", {"lines": 999}),
+    ]
+
+
+def test_fault_cli_refuses_an_overlong_error_before_sending(
+    tmp_path: Path, target: ControlTarget, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "control.sock"
+
+    def talk() -> object:
+        with pytest.raises(SystemExit) as caught:
+            main(["fault", "--socket", str(path), "prepare", "--fail", "1", "--error", "e" * 70_000])
+        return caught.value.code
+
+    assert _serve(path, target, talk) == 2
+    assert "argument --error: at most 1024 characters, not 70000" in capsys.readouterr().err
     assert target.faults == Faults()
 
 

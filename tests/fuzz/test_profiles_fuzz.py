@@ -13,9 +13,10 @@ from fakedev.errors import ProfileError
 from fakedev.model.inventory import resolve_inventory
 from fakedev.model.profile import NodeProfile, parse_profile
 from fakedev.render import render_node
+from tests.fuzz.fuzzing import MARKS, Figures
 from tests.fuzz.yaml_mutations import Stats, assert_no_nan, bounded, documents, fuzz_target, seed_files
 
-pytestmark = pytest.mark.fuzz
+pytestmark = MARKS
 
 SEEDS = seed_files("fakedev/model/profiles/*.yaml", "scenarios/profiles/*.yaml")
 STATS = Stats(name="profiles")
@@ -38,9 +39,9 @@ def test_the_seeds_are_valid_profiles() -> None:
 
 @fuzz_target
 @given(data=documents(SEEDS))
-def test_any_profile_is_a_clean_error_or_renders(data: str | bytes) -> None:
+def test_any_profile_is_a_clean_error_or_renders(data: str | bytes, figures: Figures) -> None:
     size = len(data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass"))
-    with bounded(STATS, size=size) as accept:
+    with bounded(STATS, size=size, figures=figures) as accept:
         try:
             profile = parse_profile(data, source="fuzz.yaml")
         except ProfileError as exc:

@@ -11,9 +11,10 @@ from hypothesis import given
 
 from harness.drills.scenario import MAX_SECONDS, Scenario, parse_scenario
 from harness.errors import ScenarioError
+from tests.fuzz.fuzzing import MARKS, Figures
 from tests.fuzz.yaml_mutations import Stats, assert_no_nan, bounded, documents, fuzz_target, seed_files
 
-pytestmark = pytest.mark.fuzz
+pytestmark = MARKS
 
 SEEDS = seed_files("scenarios/*.yaml", "scenarios/matrix/*.yaml", "scenarios/upstream/*.yaml")
 STATS = Stats(name="scenarios")
@@ -35,9 +36,9 @@ def test_the_seeds_are_valid_scenarios() -> None:
 
 @fuzz_target
 @given(data=documents(SEEDS))
-def test_any_scenario_is_a_clean_error_or_well_formed(data: str | bytes) -> None:
+def test_any_scenario_is_a_clean_error_or_well_formed(data: str | bytes, figures: Figures) -> None:
     size = len(data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass"))
-    with bounded(STATS, size=size) as accept:
+    with bounded(STATS, size=size, figures=figures) as accept:
         try:
             scenario = parse_scenario(data, source="fuzz.yaml")
         except ScenarioError as exc:

@@ -9,9 +9,8 @@ and into the validation behind it:
 - line mutations: the file's own text with lines dropped, doubled, swapped, truncated or replaced by hostile ones;
 - raw input: arbitrary bytes, YAML punctuation soup, and shipped files with bytes flipped (often not UTF-8).
 
-``FAKEDEV_FUZZ_EXAMPLES`` sets the examples per target (default 200, for CI); ``FAKEDEV_FUZZ_SEED`` makes a run
-random with that seed instead of derandomized. Hypothesis keeps no example database, and its caches go to the temp
-directory: nothing is written into the checkout.
+Settings and figures come from :mod:`tests.fuzz.fuzzing` (``FAKEDEV_FUZZ_EXAMPLES`` for the standing run);
+``FAKEDEV_FUZZ_SEED`` replays one seed.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ import json
 import math
 import os
 import resource
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -29,18 +27,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from hypothesis import HealthCheck, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
-from hypothesis.configuration import set_hypothesis_home_dir
+
+from tests.fuzz.fuzzing import Figures, fuzz_settings
 
 REPO = Path(__file__).resolve().parents[2]
-if "HYPOTHESIS_STORAGE_DIRECTORY" not in os.environ:
-    # Even without an example database Hypothesis caches what it learns (constants, Unicode tables) under
-    # .hypothesis/ in the working directory; the checkout stays clean.
-    set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "fakedev-hypothesis")
-EXAMPLES = int(os.environ.get("FAKEDEV_FUZZ_EXAMPLES", "200"))
 SEED = os.environ.get("FAKEDEV_FUZZ_SEED")
+CI_EXAMPLES = 200
 DEADLINE_SECONDS = 2.0
 """CPU seconds per example (CPU, not wall-clock: the machine is shared, and other processes' load is not ours). The
 readers answer in milliseconds, rendering the largest allowed profile takes 0.2 s; the old readers took 9 s and more
@@ -53,15 +47,8 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def fuzz_target(test: _F) -> _F:
-    """Hypothesis settings for a fuzz target: example count from the environment, no database, deterministic."""
-    configured: _F = settings(
-        max_examples=EXAMPLES,
-        database=None,
-        derandomize=SEED is None,
-        deadline=None,  # the test asserts its own deadline: Hypothesis's re-runs slow examples and calls them flaky
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-        print_blob=True,
-    )(test)
+    """Hypothesis settings for a YAML target (200 examples in CI), the CPU deadline being the test's own."""
+    configured: _F = fuzz_settings(examples=CI_EXAMPLES, deadline_seconds=None)(test)
     if SEED is not None:
         configured = hypothesis_seed(int(SEED))(configured)
     return configured
@@ -105,8 +92,9 @@ def _address_space() -> int:
 
 
 @contextlib.contextmanager
-def bounded(stats: Stats, *, size: int) -> Iterator[Callable[[], None]]:
-    """Run one example with at most :data:`MEMORY_HEADROOM` more address space, then check its time.
+def bounded(stats: Stats, *, size: int, figures: Figures) -> Iterator[Callable[[], None]]:
+    """Run one example with at most :data:`MEMORY_HEADROOM` more address space, then check its time; ``figures``
+    gets it for the table ``make fuzz`` prints.
 
     The caller calls the yielded function once the input was accepted (not refused).
     """
@@ -126,6 +114,10 @@ def bounded(stats: Stats, *, size: int) -> Iterator[Callable[[], None]]:
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
     seconds = time.process_time() - started
     stats.record(seconds=seconds, size=size, accepted=accepted)
+    figures.examples += 1
+    figures.slowest_ms = max(figures.slowest_ms, seconds * 1e3)
+    if seconds >= DEADLINE_SECONDS:
+        figures.failures += 1
     assert seconds < DEADLINE_SECONDS, f"one example took {seconds:.2f} CPU seconds"
 
 

@@ -101,7 +101,7 @@ def test_requests_older_clients_sent_still_parse(doc: object, expected: Request)
 MALFORMED: list[tuple[bytes, str]] = [
     (b"{nope\n", "not JSON: "),
     (b"\xff\xfe\n", "not JSON: "),
-    (b"[" * 100_000 + b"\n", "not JSON: "),
+    (b"[" * 65_000 + b"\n", "not JSON: "),
     (b'"status"\n', "a request is a JSON object with a string 'op'"),
     (b'{"device": "gpu-0"}\n', "a request is a JSON object with a string 'op'"),
     (b'{"op": 7}\n', "a request is a JSON object with a string 'op'"),
@@ -139,7 +139,7 @@ MALFORMED: list[tuple[bytes, str]] = [
     ),
     (
         b'{"op": "set-fault", "call": "prepare", "fault": {"delaySeconds": -1}}\n',
-        "set-fault: fault: delaySeconds must be a finite number >= 0, not -1",
+        "set-fault: fault: delaySeconds must be a finite number >= 0 and <= 3600, not -1",
     ),
     (b'{"op": "set-fault", "call": "prepare", "fault": {"delaySeconds": NaN}}\n', "not nan"),
     (b'{"op": "set-fault", "call": "prepare", "fault": {"delaySeconds": Infinity}}\n', "not inf"),
@@ -156,6 +156,27 @@ MALFORMED: list[tuple[bytes, str]] = [
     (b'{"op": "set-fault", "call": "prepare", "fault": {"failTimes": 1.5}}\n', "failTimes must be a whole number"),
     (b'{"op": "set-fault", "call": "prepare", "fault": {"failTimes": false}}\n', "failTimes must be a whole number"),
     (b'{"op": "set-fault", "call": "prepare", "fault": {"error": 42}}\n', "set-fault: fault: error must be a string"),
+    # Finite but beyond any sleep: every later prepare failed as a whole with OverflowError.
+    (b'{"op": "set-fault", "call": "prepare", "fault": {"delaySeconds": 1e300}}\n', "<= 3600, not 1e+300"),
+    (b'{"op": "set-fault", "call": "prepare", "fault": {"delaySeconds": 3600.5}}\n', "<= 3600, not 3600.5"),
+    (b'{"op": "set-fault", "call": "prepare", "fault": {"failTimes": 1e400}}\n', "failTimes must be a whole number"),
+    (
+        b'{"op": "set-fault", "call": "prepare", "fault": {"error": "' + b"e" * 1025 + b'"}}\n',
+        "set-fault: fault: error must be at most 1024 characters, not 1025",
+    ),
+    (
+        b'{"op": "set-fault", "call": "prepare", "fault": {"error": ""}}\n',
+        "set-fault: fault: error must be a non-empty string",
+    ),
+    (
+        b'{"op": "set-health", "device": "gpu-0", "health": "Unhealthy", "message": "' + b"m" * 1025 + b'"}\n',
+        "set-health: message must be at most 1024 characters, not 1025",
+    ),
+    (
+        b'{"op": "set-health", "device": "' + b"d" * 64 + b'", "health": "Unhealthy"}\n',
+        "set-health: device must be a device name of at most 63 characters",
+    ),
+    (b'{"op": "status"}' + b" " * (64 * 1024) + b"\n", "the request line is 65553 bytes; at most 65536 are read"),
 ]
 
 
@@ -196,6 +217,14 @@ MALFORMED: list[tuple[bytes, str]] = [
         "fail-fraction",
         "fail-bool",
         "error-not-string",
+        "delay-beyond-sleep",
+        "delay-over-an-hour",
+        "fail-times-infinite",
+        "error-too-long",
+        "error-empty",
+        "message-too-long",
+        "device-too-long",
+        "line-too-long",
     ],
 )
 def test_malformed_requests_are_refused_in_one_line(line: bytes, error: str) -> None:

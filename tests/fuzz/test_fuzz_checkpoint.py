@@ -1,0 +1,118 @@
+"""Fuzz the checkpoint loader: a damaged file (bytes flipped, cut off, inserted, appended) or any bytes at all is a
+CheckpointError with a one-line message naming the file, or loads exactly the claims that were saved."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Final
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fakedev.driver.checkpoint import VERSION_V1, Checkpoint, ClaimRecord, render_checkpoint
+from fakedev.errors import CheckpointError
+from tests.fuzz.fuzzing import MARKS, PURE_SECONDS, Figures, fuzz_settings, json_values, mutated, repeated
+
+pytestmark = MARKS
+
+CLAIMS: Final[dict[str, ClaimRecord]] = {
+    "0d6b2c1e-6f1d-4f7e-9a51-3c1f0b1e2a01": {
+        "uid": "0d6b2c1e-6f1d-4f7e-9a51-3c1f0b1e2a01",
+        "namespace": "team-a",
+        "name": "gpu-claim",
+        "devices": [
+            {
+                "requestNames": ["gpu"],
+                "pool": "n1",
+                "device": "gpu-0",
+                "cdiDeviceIDs": ["k8s.gpu.example.com/gpu=0d6b2c1e-gpu-0"],
+                "shareID": None,
+            }
+        ],
+        "cdiSpecFiles": ["k8s.gpu.example.com-0d6b2c1e.json"],
+        "metadataDir": "team-a_gpu-claim",
+        "metadataGeneration": 2,
+        "nics": [
+            {
+                "device": "nic-0",
+                "hostIfname": "eth1",
+                "podIfname": "net1",
+                "mac": "02:00:00:00:00:01",
+                "mtu": 9000,
+                "addresses": ["10.0.0.2/24"],
+                "hardwareMac": "0a:00:00:00:00:01",
+                "hardwareMtu": 1500,
+            }
+        ],
+        "mdevs": ["5b3a1d2e-0000-4000-8000-000000000001"],
+    },
+    "uid-2": {
+        "uid": "uid-2",
+        "namespace": "ns",
+        "name": "ünïcødé-is-kept-as-written",
+        "devices": [],
+        "cdiSpecFiles": [],
+        "metadataDir": "",
+        "metadataGeneration": 1,
+        "nics": [],
+        "mdevs": [],
+    },
+}
+V2: Final = render_checkpoint(CLAIMS)
+
+
+def _v1_file() -> bytes:
+    """The same claims as a checkpoint-v1 file wrote them (two more fields per record, no NIC or mdev lists)."""
+    old = {
+        uid: {
+            **{k: v for k, v in record.items() if k not in ("nics", "mdevs")},
+            "state": "PrepareCompleted",
+            "statusApplied": True,
+        }
+        for uid, record in CLAIMS.items()
+    }
+    old["0d6b2c1e-6f1d-4f7e-9a51-3c1f0b1e2a01"]["nics"] = CLAIMS["0d6b2c1e-6f1d-4f7e-9a51-3c1f0b1e2a01"]["nics"]
+    old["0d6b2c1e-6f1d-4f7e-9a51-3c1f0b1e2a01"]["mdevs"] = CLAIMS["0d6b2c1e-6f1d-4f7e-9a51-3c1f0b1e2a01"]["mdevs"]
+    checksum = hashlib.sha256(json.dumps(old, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return json.dumps({"version": VERSION_V1, "checksum": checksum, "claims": old}, indent=2).encode()
+
+
+V1: Final = _v1_file()
+
+FILES: Final = st.one_of(
+    mutated(V2),
+    mutated(V1),
+    st.binary(max_size=512),
+    json_values().map(lambda doc: json.dumps(doc).encode()),
+    repeated(st.sampled_from([b"[", b"{", b'{"claims":', b'{"version":"fakedev.dra/checkpoint-v2","claims":['])),
+)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Checkpoint:
+    return Checkpoint(path=tmp_path_factory.mktemp("checkpoint") / "checkpoint.json")
+
+
+def test_the_unharmed_files_load_the_saved_claims(checkpoint: Checkpoint) -> None:
+    for data in (V2, V1):
+        checkpoint.path.write_bytes(data)
+        assert checkpoint.load() == CLAIMS
+
+
+@fuzz_settings(examples=300, deadline_seconds=2 * PURE_SECONDS)
+@given(data=FILES)
+def test_a_damaged_checkpoint_is_refused_clearly_or_loads_what_was_saved(
+    checkpoint: Checkpoint, figures: Figures, data: bytes
+) -> None:
+    checkpoint.path.write_bytes(data)
+    with figures.example(max_seconds=PURE_SECONDS, max_heap_mb=64):
+        try:
+            loaded = checkpoint.load()
+        except CheckpointError as exc:
+            message = str(exc)
+            assert message.startswith(f"{checkpoint.path}: ")
+            assert "\n" not in message and len(message) < 400 + len(str(checkpoint.path))
+            return
+        assert loaded == CLAIMS
