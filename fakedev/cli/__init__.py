@@ -14,7 +14,19 @@ from fakedev.errors import FakedevError
 from harness.errors import HarnessError
 from kubeclient.errors import KubeClientError
 
-COMMANDS: Final = ("bench", "cluster", "conformance", "drill", "fault", "kubevirt", "node", "plugin", "profile", "run")
+COMMANDS: Final = (
+    "bench",
+    "cluster",
+    "conformance",
+    "drill",
+    "fault",
+    "kubevirt",
+    "node",
+    "plugin",
+    "profile",
+    "run",
+    "torture",
+)
 """Each is a module ``fakedev.cli.<name>`` with ``add_parser(sub)``; only the one a command line names is imported,
 so a long-running ``fakedev plugin`` does not carry the harness, the drills and the benchmarks in its memory."""
 
