@@ -43,7 +43,14 @@ from cdi.version import (
     compute_required_version,
     with_minimum_version,
 )
-from cdi.writer import remove_spec, remove_specs_with_prefix, render_spec_text, sync_dir, write_spec
+from cdi.writer import (
+    remove_spec,
+    remove_specs_with_prefix,
+    remove_temp_files,
+    render_spec_text,
+    sync_dir,
+    write_spec,
+)
 
 __all__ = [
     "KNOWN_VERSIONS",
@@ -91,6 +98,7 @@ __all__ = [
     "parse_spec_text",
     "remove_spec",
     "remove_specs_with_prefix",
+    "remove_temp_files",
     "render_kind",
     "render_qualified_name",
     "render_spec_text",

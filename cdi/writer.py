@@ -4,6 +4,10 @@ A runtime may scan the directory at any moment, so a spec file must appear whole
 hidden temp file in the same directory (same filesystem, so the rename is atomic; not ``.json``/``.yaml``, so
 scanners skip it), fsync it, rename it over the target and fsync the directory so the rename survives a crash.
 File names come from the caller and must be plain names: anything that could land outside the directory is refused.
+
+A writer killed between creating the temp file and the rename leaves it behind; :func:`remove_temp_files` collects
+the ones made for a writer's own spec names. A CDI directory (and its missing parents) is created 0755 whatever the
+umask: runtimes apply its specs as root, so nobody else may be able to add one.
 """
 
 from __future__ import annotations
@@ -52,6 +56,21 @@ def _target(*, cdi_dir: Path, file_name: str) -> Path:
     return target
 
 
+def _make_dirs(path: Path) -> None:
+    """``path`` and its missing parents, each exactly :data:`CDI_DIR_MODE` (``mkdir`` alone obeys the umask)."""
+    missing: list[Path] = []
+    here = path
+    while not here.is_dir() and here.parent != here:
+        missing.append(here)
+        here = here.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=CDI_DIR_MODE)
+        except FileExistsError:
+            continue
+        directory.chmod(CDI_DIR_MODE)
+
+
 def _temp_prefix(file_name: str) -> str:
     return f".{file_name}."
 
@@ -90,7 +109,7 @@ def write_spec(
     validate_spec(spec, source=str(target))
     data = render_spec_text(spec, path=target).encode()
     try:
-        cdi_dir.mkdir(mode=CDI_DIR_MODE, parents=True, exist_ok=True)
+        _make_dirs(cdi_dir)
         fd, temp_name = tempfile.mkstemp(prefix=_temp_prefix(file_name), suffix=_TEMP_SUFFIX, dir=cdi_dir)
     except OSError as exc:
         raise WriteError(f"cannot create a temp file in CDI directory {cdi_dir}: {exc}") from exc
@@ -149,6 +168,18 @@ def remove_spec(*, cdi_dir: Path, file_name: str, sync: bool = True) -> bool:
     if removed and sync:
         sync_dir(cdi_dir)
     return removed
+
+
+def remove_temp_files(*, cdi_dir: Path, prefix: str) -> tuple[Path, ...]:
+    """Remove the temp files crashed writes of ``<prefix>*`` specs left (never a spec, never another writer's
+    temp files); returns what was removed. The caller must make sure no write of those names is under way."""
+    _check_plain_name(prefix, what="spec file prefix")
+    removed: list[Path] = []
+    for name in _list_names(cdi_dir):
+        owner = _temp_owner(name)
+        if owner is not None and owner.startswith(prefix) and _unlink(cdi_dir / name):
+            removed.append(cdi_dir / name)
+    return tuple(removed)
 
 
 def remove_specs_with_prefix(

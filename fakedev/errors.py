@@ -8,6 +8,9 @@ FakedevError
 ├── KubeApiError          the API server refused or could not be reached
 │   └── RetryableKubeError  a later attempt may succeed (conflict, unavailable)
 ├── BenchError            a benchmark cannot take or read a measurement
+├── CrashPointError       FAKEDEV_CRASH_AT names no crash point (the torture tool's hidden switch)
+├── TortureError          the torture run cannot go on (a call the driver must answer failed, a wait ran out)
+│   └── ViolationFoundError   the run found a broken invariant and stops there (reported, not raised to the user)
 └── ControlError          a control-socket exchange went wrong (also: an answer that is not a reply)
     ├── ControlRequestError      a request breaks the protocol (the plugin answers it with ok: false)
     ├── ControlRefusedError      the plugin understood the request and refused it (e.g. an unknown device)
@@ -51,6 +54,18 @@ class RetryableKubeError(KubeApiError):
 
 class BenchError(FakedevError):
     """A benchmark cannot take or read a measurement (a profile the API server refused, no Go toolchain)."""
+
+
+class CrashPointError(FakedevError):
+    """``FAKEDEV_CRASH_AT`` is malformed; the message lists the crash points."""
+
+
+class TortureError(FakedevError):
+    """``fakedev torture`` cannot go on: the plugin misbehaved outside what it checks, or a wait ran out."""
+
+
+class ViolationFoundError(TortureError):
+    """Unwinds a torture run at its first violation; the run reports it with the seed."""
 
 
 class ControlError(FakedevError):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from fakedev.driver.fsutil import DIR_MODE, FILE_MODE, make_dirs, write_new_file
 from fakedev.errors import FakedevError
 from fakedev.model.inventory import MdevType, NodeInventory, PciFunction, VirtualNic
 from fakedev.model.pci import CLASS_INFINIBAND, CLASS_PCI_BRIDGE, Bdf, PcieRoot
@@ -36,13 +37,14 @@ def _check_root(root: Path) -> Path:
 
 
 def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text if text.endswith("\n") else text + "\n")
+    """A file of the tree, 0644 in 0755 directories whatever the umask (as sysfs shows them to root)."""
+    make_dirs(path.parent, mode=DIR_MODE)
+    write_new_file(path, (text if text.endswith("\n") else text + "\n").encode(), mode=FILE_MODE)
 
 
 def _link(link: Path, target: Path) -> None:
     """A relative symlink, as sysfs uses, so the tree still works after being moved or bind-mounted."""
-    link.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(link.parent, mode=DIR_MODE)
     link.symlink_to(os.path.relpath(target, link.parent))
 
 
@@ -151,7 +153,7 @@ class _Tree:
         _write(here / "available_instances", str(mdev.available_instances))
         _write(here / "device_api", MDEV_DEVICE_API)
         _write(here / "create", "")
-        (here / "devices").mkdir(parents=True, exist_ok=True)
+        make_dirs(here / "devices", mode=DIR_MODE)
 
     def virtual(self, nic: VirtualNic) -> None:
         # veths have no device link: only /sys/devices/virtual/net/<if>.
@@ -169,7 +171,7 @@ def write_sysfs(inventory: NodeInventory, *, root: Path) -> Path:
     resolved = _check_root(root)
     tree = _Tree(resolved)
     for directory in ("bus/pci/devices", "bus/pci/drivers", "bus/mdev/devices", "class/net", "kernel/iommu_groups"):
-        (resolved / directory).mkdir(parents=True, exist_ok=True)
+        make_dirs(resolved / directory, mode=DIR_MODE)
     for pci in inventory.pci_functions():
         tree.function(pci)
     for nic in inventory.virtual_nics:
@@ -259,9 +261,10 @@ def create_mdev(root: Path, *, parents: tuple[PciFunction, ...], mdev_type: str,
         if not available.exists() or int(available.read_text()) < 1:
             continue
         instance = here / uuid
-        instance.mkdir()
+        instance.mkdir(mode=DIR_MODE)
+        instance.chmod(DIR_MODE)  # mkdir's mode went through the umask
         before = {t.name: (t / "available_instances").read_text().strip() for t in type_dir.parent.iterdir()}
-        (instance / _AVAILABLE_BEFORE).write_text("\n".join(f"{k} {v}" for k, v in sorted(before.items())) + "\n")
+        _write(instance / _AVAILABLE_BEFORE, "\n".join(f"{k} {v}" for k, v in sorted(before.items())))
         _link(instance / "mdev_type", type_dir)
         _link(type_dir / "devices" / uuid, instance)
         group = root / "kernel" / "iommu_groups" / str(iommu_group)

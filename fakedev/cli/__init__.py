@@ -26,6 +26,7 @@ COMMANDS: Final = (
     "profile",
     "run",
     "soak",
+    "torture",
 )
 """Each is a module ``fakedev.cli.<name>`` with ``add_parser(sub)``; only the one a command line names is imported,
 so a long-running ``fakedev plugin`` does not carry the harness, the drills and the benchmarks in its memory."""

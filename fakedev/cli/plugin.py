@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from fakedev import logs
+from fakedev.driver.crash import crash_at_from_env
+from fakedev.errors import CrashPointError
 from fakedev.plugin.app import DEFAULT_CDI_DIR, DEFAULT_KUBELET_ROOT, PluginSettings, run_plugin
 from fakedev.plugin.tuning import tune_for_serving
 from fakedev.render import Schema
@@ -116,6 +118,11 @@ def _run(args: argparse.Namespace) -> int:
     if not args.node_name:
         raise SystemExit("fakedev plugin: --node-name is required (or set NODE_NAME)")
     logs.configure(fmt=args.log_format, level=args.log_level)
+    try:
+        # Hidden on purpose (no flag, no --help line): only the torture tool arms crash points.
+        crash_at = crash_at_from_env()
+    except CrashPointError as exc:
+        raise SystemExit(f"fakedev plugin: {exc}") from exc
     tune_for_serving()
     settings = PluginSettings(
         profile=args.profile,
@@ -131,6 +138,7 @@ def _run(args: argparse.Namespace) -> int:
         nic_netns=args.netns,
         fabric_netns=args.fabric_netns,
         record_calls=args.record_calls,
+        crash_at=crash_at,
     )
 
     async def main() -> None:

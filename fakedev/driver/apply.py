@@ -5,6 +5,9 @@ request's metadata file and the spec that mounts it, then the directories fsynce
 their data fsynced but not their directories, since one directory fsync at the end makes every rename durable
 (later ones would find nothing left to commit). The checkpoint is not written here: the caller records the claim
 only after this and the status write succeeded.
+
+Every directory and file made here gets an explicit mode (:mod:`fakedev.driver.fsutil`), whatever the umask. The
+crash switch (:mod:`fakedev.driver.crash`) is passed between the steps so the torture tool can kill the plugin there.
 """
 
 from __future__ import annotations
@@ -14,47 +17,83 @@ import os
 import shutil
 import stat
 from pathlib import Path
+from typing import Final
 
 import cdi
 from fakedev import sysfs
-from fakedev.driver import cdi_edits
-from fakedev.driver.fsutil import atomic_write, fsync_dir
+from fakedev.driver import cdi_edits, metadata
+from fakedev.driver.crash import CrashPoint, CrashSwitch
+from fakedev.driver.fsutil import DIR_MODE, atomic_write, fsync_dir, make_dirs
 from fakedev.driver.plan import PreparePlan, UnpreparePlan
 from fakedev.nics import host as nic_host
 
+FAKE_NODE_MODE: Final = 0o660
+"""Only root (the runtime) opens the stand-ins on the host; containers get the mode the CDI spec gives them."""
+UNARMED: Final = CrashSwitch()
+"""The switch of callers that arm no crash point (never counts: nothing is armed)."""
+
 
 def ensure_fake_node(path: Path) -> None:
-    """Create a harmless char device (1:3) standing in for a vendor device node; idempotent."""
+    """Create a harmless char device (1:3) standing in for a vendor device node, mode 0660; idempotent."""
     if path.exists():
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent, mode=DIR_MODE)
     with contextlib.suppress(FileExistsError):
-        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(cdi_edits.SAFE_MAJOR, cdi_edits.SAFE_MINOR))
+        os.mknod(path, FAKE_NODE_MODE | stat.S_IFCHR, os.makedev(cdi_edits.SAFE_MAJOR, cdi_edits.SAFE_MINOR))
+        path.chmod(FAKE_NODE_MODE)  # mknod's mode went through the umask
 
 
-def apply_prepare_plan(plan: PreparePlan, *, nic_netns: str | None, sysfs_root: Path | None) -> None:
+def apply_prepare_plan(
+    plan: PreparePlan, *, nic_netns: str | None, sysfs_root: Path | None, crash: CrashSwitch = UNARMED
+) -> None:
     """``nic_netns``: the node namespace holding the NICs (None: ours); ``sysfs_root``: None, no mdevs to create."""
     for nic in plan.nics:
         nic_host.configure(nic_netns, nic.assignment)
+    crash.reached(CrashPoint.PREPARE_AFTER_NICS)
     for node in plan.fake_nodes:
         ensure_fake_node(node)
+    crash.reached(CrashPoint.PREPARE_AFTER_DEVICE_NODES)
     if sysfs_root is not None:
         for mdev in plan.mdevs:
             sysfs.create_mdev(
                 sysfs_root, parents=mdev.parents, mdev_type=mdev.mdev_type, uuid=mdev.uuid, iommu_group=mdev.iommu_group
             )
-    cdi.write_spec(spec=plan.claim_spec.spec, cdi_dir=plan.cdi_dir, file_name=plan.claim_spec.file_name, sync=False)
+    cdi.write_spec(
+        spec=plan.claim_spec.spec,
+        cdi_dir=plan.cdi_dir,
+        file_name=plan.claim_spec.file_name,
+        sync=False,
+        before_rename=crash.before_rename(CrashPoint.PREPARE_CLAIM_SPEC_TEMP),
+    )
+    crash.reached(CrashPoint.PREPARE_AFTER_CLAIM_SPEC)
     for f in plan.metadata_files:
-        atomic_write(f.path, f.data, sync=False)
-        cdi.write_spec(spec=f.spec.spec, cdi_dir=plan.cdi_dir, file_name=f.spec.file_name, sync=False)
+        atomic_write(f.path, f.data, sync=False, before_rename=crash.before_rename(CrashPoint.PREPARE_METADATA_TEMP))
+        crash.reached(CrashPoint.PREPARE_AFTER_METADATA_FILE)
+        cdi.write_spec(
+            spec=f.spec.spec,
+            cdi_dir=plan.cdi_dir,
+            file_name=f.spec.file_name,
+            sync=False,
+            before_rename=crash.before_rename(CrashPoint.PREPARE_METADATA_SPEC_TEMP),
+        )
+        crash.reached(CrashPoint.PREPARE_AFTER_METADATA_SPEC)
     for directory in plan.sync_dirs:
         fsync_dir(directory)
+    crash.reached(CrashPoint.PREPARE_AFTER_SYNC)
 
 
-def apply_unprepare_plan(plan: UnpreparePlan, *, nic_netns: str | None, sysfs_root: Path | None) -> None:
+def apply_unprepare_plan(
+    plan: UnpreparePlan, *, nic_netns: str | None, sysfs_root: Path | None, crash: CrashSwitch = UNARMED
+) -> None:
     cdi.remove_spec(cdi_dir=plan.cdi_dir, file_name=plan.claim_spec_file, sync=False)
+    crash.reached(CrashPoint.UNPREPARE_AFTER_CLAIM_SPEC)
     cdi.remove_specs_with_prefix(cdi_dir=plan.cdi_dir, prefix=plan.metadata_spec_prefix, sync=False)
-    shutil.rmtree(plan.metadata_dir, ignore_errors=True)
+    crash.reached(CrashPoint.UNPREPARE_AFTER_METADATA_SPECS)
+    if plan.metadata_dir is not None:
+        shutil.rmtree(plan.metadata_dir, ignore_errors=True)
+    if plan.legacy_metadata_dir is not None and _belongs_to(plan.legacy_metadata_dir, uid=plan.uid):
+        shutil.rmtree(plan.legacy_metadata_dir, ignore_errors=True)
+    crash.reached(CrashPoint.UNPREPARE_AFTER_METADATA_DIR)
     for directory in plan.sync_dirs:
         if directory.is_dir():
             fsync_dir(directory)
@@ -64,3 +103,22 @@ def apply_unprepare_plan(plan: UnpreparePlan, *, nic_netns: str | None, sysfs_ro
     for nic in plan.nics:
         # Back in the node's namespace (the runtime moved it out of the pod): hardware MAC and MTU, no addresses.
         nic_host.reset(nic_netns, host_ifname=nic.assignment.host_ifname, mac=nic.hardware_mac, mtu=nic.hardware_mtu)
+    for stray in plan.stray_nics:
+        nic_host.reset_if_mac(
+            nic_netns,
+            host_ifname=stray.host_ifname,
+            claim_mac=stray.claim_mac,
+            mac=stray.hardware_mac,
+            mtu=stray.hardware_mtu,
+        )
+    crash.reached(CrashPoint.UNPREPARE_AFTER_NICS)
+
+
+def _belongs_to(claim_dir: Path, *, uid: str) -> bool:
+    """Whether a directory of the old ``<namespace>_<name>`` naming holds metadata of claim ``uid`` only: a claim
+    re-created under the same name may have written it since, and its files are not ours to remove."""
+    files = list(claim_dir.glob(f"*/{metadata.HOST_FILE_NAME}"))
+    try:
+        return bool(files) and all(metadata.read_stream_uid(f.read_bytes()) == uid for f in files)
+    except OSError:
+        return False

@@ -41,7 +41,12 @@ def claim_device_name(*, claim_uid: str, device: str) -> str:
 
 
 def claim_spec_file(*, driver: str, claim_uid: str) -> str:
-    return f"k8s.{driver}-{CDI_CLASS}_{claim_uid}.json"
+    return f"{claim_spec_prefix(driver)}{claim_uid}.json"
+
+
+def claim_spec_prefix(driver: str) -> str:
+    """What every claim spec file name of ``driver`` starts with (and no other driver's does)."""
+    return f"k8s.{driver}-{CDI_CLASS}_"
 
 
 def env_key(text: str) -> str:

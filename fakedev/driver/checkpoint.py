@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypedDict
 
-from fakedev.driver.fsutil import atomic_write
+from fakedev.driver.fsutil import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, BeforeRename, atomic_write
 from fakedev.errors import CheckpointError
 from fakedev.nics.plan import NicAssignment, PreparedNic
 from kubeletapi.types import PreparedDevice
@@ -165,5 +165,11 @@ class Checkpoint:
             return {}
         return parse_checkpoint(data, source=str(self.path))
 
-    def save(self, claims: dict[str, ClaimRecord]) -> None:
-        atomic_write(self.path, render_checkpoint(claims), mode=0o600)
+    def save(self, claims: dict[str, ClaimRecord], *, before_rename: BeforeRename | None = None) -> None:
+        atomic_write(
+            self.path,
+            render_checkpoint(claims),
+            mode=PRIVATE_FILE_MODE,
+            dir_mode=PRIVATE_DIR_MODE,
+            before_rename=before_rename,
+        )

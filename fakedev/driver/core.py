@@ -1,7 +1,8 @@
 """The asynchronous face of the driver: serializes prepare/unprepare and runs the blocking work off the event loop.
 
 Calls are serialized within the process (an asyncio lock) and across processes (``flock`` on ``serialize.lock``) so
-two instances during a rolling update never prepare at the same time.
+two instances during a rolling update never prepare at the same time. Loading the state at start-up takes the same
+lock: it collects the temp files of writes a crash cut short, and must not take those of a live instance's write.
 """
 
 from __future__ import annotations
@@ -9,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fakedev.driver.fsutil import PRIVATE_DIR_MODE, make_dirs, open_lock_file
 from fakedev.driver.state import ClaimState
 from fakedev.faults import Faults
 from kubeletapi.types import ClaimRef, PrepareResult
@@ -20,13 +23,16 @@ from kubeletapi.types import ClaimRef, PrepareResult
 
 @contextlib.contextmanager
 def _file_lock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    make_dirs(path.parent, mode=PRIVATE_DIR_MODE)
+    fd = open_lock_file(path)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 @dataclass(kw_only=True)
@@ -35,6 +41,11 @@ class SerializedDriver:
     lock_path: Path
     faults: Faults = field(default_factory=Faults)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def load(self) -> list[Path]:
+        """Load the state under the instances' lock (blocking); returns the temp files collected."""
+        with _file_lock(self.lock_path):
+            return self.state.load()
 
     def _prepare_all(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
         with _file_lock(self.lock_path):

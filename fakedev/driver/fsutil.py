@@ -1,18 +1,91 @@
-"""Crash-safe file writes: temp file in the same directory, fsync, rename, fsync the directory."""
+"""Files the plugin makes: crash-safe writes, directories and files with explicit modes, leftover temp files.
+
+Crash-safe writes go to a temp file in the same directory (``.<name>.<random>.tmp``), are fsynced and renamed over
+the target; the directory is fsynced so the rename survives a crash. A process killed between creating the temp
+file and renaming it leaves the temp file behind; :func:`remove_temp_files` collects them (the plugin does it at
+start-up, under the lock every instance takes before touching files).
+
+Modes never depend on the caller's umask (the process-wide setting would leave a spec directory world-writable
+under ``umask 000``): directories are made with ``mkdir`` and then ``chmod``-ed, files are opened with a mode and
+``fchmod``-ed. Only what this code creates gets a mode; a directory that already exists keeps its own.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Final
+
+DIR_MODE: Final = 0o755
+"""Directories others (the runtime, inspection tools, a container's bind mount) read."""
+PRIVATE_DIR_MODE: Final = 0o750
+FILE_MODE: Final = 0o644
+PRIVATE_FILE_MODE: Final = 0o600
+TEMP_SUFFIX: Final = ".tmp"
+_TEMP_RANDOM: Final = re.compile(r"^[A-Za-z0-9_]+$")
+"""What ``mkstemp`` puts between prefix and suffix."""
+
+BeforeRename = Callable[[Path], None]
+"""Called with the temp file once it is written and fsynced, before the rename (crash points use it)."""
 
 
-def atomic_write(path: Path, data: bytes, *, mode: int = 0o644, sync: bool = True) -> None:
+def make_dirs(path: Path, *, mode: int) -> None:
+    """Create ``path`` and its missing parents, each with exactly ``mode``; existing directories are left alone."""
+    missing: list[Path] = []
+    here = path
+    while not here.is_dir():
+        missing.append(here)
+        if here.parent == here:
+            break
+        here = here.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=mode)
+        except FileExistsError:
+            continue  # made meanwhile by another instance: theirs, with their mode
+        directory.chmod(mode)  # mkdir's mode went through the umask
+
+
+def write_new_file(path: Path, data: bytes, *, mode: int) -> None:
+    """Write ``path`` (created or truncated) with exactly ``mode``; not crash-safe, for files nobody reads mid-write."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    try:
+        os.fchmod(fd, mode)
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def open_lock_file(path: Path) -> int:
+    """Open (creating it 0600) a lock file; returns the descriptor, which the caller closes."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+    try:
+        os.fchmod(fd, PRIVATE_FILE_MODE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def atomic_write(
+    path: Path,
+    data: bytes,
+    *,
+    mode: int = FILE_MODE,
+    dir_mode: int = DIR_MODE,
+    sync: bool = True,
+    before_rename: BeforeRename | None = None,
+) -> None:
     """Replace ``path`` with ``data`` so a crash leaves either the old or the new file, never a torn one.
 
-    ``sync=False``: the caller fsyncs the directory once after several writes (:func:`fsync_dir`)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    Missing parent directories are made with ``dir_mode``. ``sync=False``: the caller fsyncs the directory once
+    after several writes (:func:`fsync_dir`)."""
+    make_dirs(path.parent, mode=dir_mode)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -20,12 +93,37 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o644, sync: bool = Tru
             f.flush()
             os.fchmod(f.fileno(), mode)
             os.fsync(f.fileno())
+        if before_rename is not None:
+            before_rename(tmp)
         tmp.replace(path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     if sync:
         fsync_dir(path.parent)
+
+
+def temp_file_target(name: str) -> str | None:
+    """The file name a temp file of :func:`atomic_write` was made for, or None if ``name`` is not one."""
+    if not (name.startswith(".") and name.endswith(TEMP_SUFFIX)):
+        return None
+    target, dot, random = name[1 : -len(TEMP_SUFFIX)].rpartition(".")
+    return target if dot and target and _TEMP_RANDOM.match(random) else None
+
+
+def remove_temp_files(directory: Path, *, target: str) -> list[Path]:
+    """Remove the temp files a crashed :func:`atomic_write` of ``directory/target`` left; returns them."""
+    removed: list[Path] = []
+    try:
+        entries = sorted(directory.iterdir())
+    except FileNotFoundError:
+        return removed
+    for entry in entries:
+        if temp_file_target(entry.name) == target:
+            with contextlib.suppress(FileNotFoundError):
+                entry.unlink()
+                removed.append(entry)
+    return removed
 
 
 def fsync_dir(directory: Path) -> None:

@@ -1,10 +1,16 @@
 """KEP-5304 device metadata: the JSON stream a container reads to learn its devices' attributes.
 
-Host side: ``<plugin data dir>/dra-device-metadata/<namespace>_<claim>/<request>/metadata.json``, exposed by a CDI spec
-``<cdi dir>/<driver>_metadata_<claim uid>_<request>.json`` (kind ``<driver>/metadata``, device
+Host side: ``<plugin data dir>/dra-device-metadata/<namespace>_<claim>_<claim uid>/<request>/metadata.json``, exposed
+by a CDI spec ``<cdi dir>/<driver>_metadata_<claim uid>_<request>.json`` (kind ``<driver>/metadata``, device
 ``<claim uid>_<request>``) that bind-mounts it read-only into the container at
 ``/var/run/kubernetes.io/dra-device-attributes/{resourceclaims|resourceclaimtemplates}/<name>/<request>/<driver>-metadata.json``.
 The stream carries the same object once per API version, newest first, so readers take the first they understand.
+
+The host directory carries the claim UID so that a claim deleted and re-created under the same name never shares
+it with its predecessor: unprepare of the old UID (late, or repeated after a restart) removes only its own files.
+Plugins before this naming used ``<namespace>_<claim>``; their checkpoint records name that directory, and
+:func:`legacy_claim_dir_name` finds it for a claim they prepared but never recorded. The container path is fixed by
+KEP-5304 and does not depend on the host side.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ CONTAINER_ROOT: Final = PurePosixPath("/var/run/kubernetes.io/dra-device-attribu
 POD_CLAIM_NAME_ANNOTATION: Final = "resource.kubernetes.io/pod-claim-name"
 METADATA_DIR_NAME: Final = "dra-device-metadata"
 HOST_FILE_NAME: Final = "metadata.json"
+NAME_MAX: Final = 255
 
 
 class NetworkData(TypedDict, total=False):
@@ -69,8 +76,29 @@ def render_metadata_stream(*, claim: ClaimIdentity, generation: int, requests: S
     return b"".join(json.dumps(d, sort_keys=False, separators=(",", ":")).encode() + b"\n" for d in docs)
 
 
-def host_claim_dir_name(claim: ClaimIdentity) -> str:
-    return f"{claim.namespace}_{claim.name}"
+def host_claim_dir_name(*, namespace: str, name: str, uid: str) -> str:
+    """The claim's directory below the metadata root: unique per claim UID (never reused by a re-created claim).
+
+    The UID alone makes it unique; namespace and name are there for people, so a long claim name is shortened to
+    keep the whole within a file name's 255 bytes (Kubernetes names are ASCII)."""
+    room = NAME_MAX - len(namespace) - len(uid) - 2
+    return f"{namespace}_{name[:room]}_{uid}"
+
+
+def legacy_claim_dir_name(*, namespace: str, name: str) -> str:
+    """The directory plugins before the UID naming used; shared by every claim ever named ``namespace/name``."""
+    return f"{namespace}_{name}"
+
+
+def read_stream_uid(data: bytes) -> str | None:
+    """The claim UID a metadata file's first object names, or None when it names none (torn, foreign, empty)."""
+    first = data.split(b"\n", 1)[0]
+    try:
+        doc = json.loads(first)
+    except ValueError:
+        return None
+    uid = doc.get("metadata", {}).get("uid") if isinstance(doc, dict) else None
+    return uid if isinstance(uid, str) else None
 
 
 def container_path(*, claim: ClaimIdentity, request: str, driver: str) -> PurePosixPath:
@@ -96,6 +124,11 @@ def metadata_spec_file(*, driver: str, claim_uid: str, request: str) -> str:
 
 def metadata_spec_prefix(*, driver: str, claim_uid: str) -> str:
     return f"{driver}_metadata_{claim_uid}_"
+
+
+def metadata_spec_driver_prefix(driver: str) -> str:
+    """What every metadata spec file name of ``driver`` starts with (and no other driver's does)."""
+    return f"{driver}_metadata_"
 
 
 def render_metadata_spec(*, driver: str, claim: ClaimIdentity, request: str, host_file: str) -> cdi.Spec:

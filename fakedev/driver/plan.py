@@ -23,7 +23,7 @@ from fakedev.driver.checkpoint import ClaimRecord, DeviceRecord, nic_record, pre
 from fakedev.driver.claims import AllocatedDevice, ClaimPlan, configs_for
 from fakedev.driver.config import DeviceConfig, merge_configs, parse_config
 from fakedev.driver.preparers import EditsInput, MdevRequest, StatusCondition, StatusExtras, preparer_for
-from fakedev.nics.plan import PreparedNic, compute_assignment
+from fakedev.nics.plan import HostNic, PreparedNic, claim_mac, compute_assignment
 from fakedev.render.published import PublishedDevice
 from kubeletapi.types import PreparedDevice
 
@@ -76,16 +76,34 @@ class PreparePlan:
 
 
 @dataclass(frozen=True, kw_only=True)
+class StrayNic:
+    """A NIC a prepare of the claim may have configured before the plugin died unrecorded; it is recognised by the
+    MAC prepare gives it (derived from the claim UID) and only then given back its hardware MAC and MTU."""
+
+    host_ifname: str
+    claim_mac: str
+    hardware_mac: str
+    hardware_mtu: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class UnpreparePlan:
     """What unpreparing one claim removes; computed from its record when there is one, else from its names."""
 
+    uid: str
     claim_spec_file: str
     metadata_spec_prefix: str
     cdi_dir: Path
-    metadata_dir: Path
+    metadata_dir: Path | None
+    """The claim's own metadata directory; None: its record names none."""
+    legacy_metadata_dir: Path | None
+    """For a claim without a record: the directory an older plugin would have used, removed only if its files name
+    this claim's UID (a re-created claim of the same name may own it now)."""
     sync_dirs: tuple[Path, ...]
     mdevs: tuple[str, ...]
     nics: tuple[PreparedNic, ...]
+    stray_nics: tuple[StrayNic, ...]
+    """Without a record: every NIC of the node, each reset only if it carries this claim's MAC."""
 
 
 def compute_device_configs(claim: ClaimPlan, published: Sequence[PublishedDevice]) -> dict[str, DeviceConfig]:
@@ -216,7 +234,9 @@ def compute_prepare_plan(
         file_name=cdi_edits.claim_spec_file(driver=driver, claim_uid=claim.uid),
         spec=cdi_edits.render_claim_spec(driver=driver, devices=cdi_devices),
     )
-    claim_dir = dirs.metadata_root / metadata.host_claim_dir_name(identity)
+    claim_dir = dirs.metadata_root / metadata.host_claim_dir_name(
+        namespace=claim.namespace, name=claim.name, uid=claim.uid
+    )
     metadata_files: list[MetadataFile] = []
     for top, requests in metadata.group_by_request(metadata_devices).items():
         host_file = claim_dir / top / metadata.HOST_FILE_NAME
@@ -288,16 +308,63 @@ def _status_entry(*, driver: str, device: AllocatedDevice, extras: StatusExtras,
 
 
 def compute_unprepare_plan(
-    *, driver: str, uid: str, namespace: str, name: str, record: ClaimRecord | None, dirs: PrepareDirs
+    *,
+    driver: str,
+    node_name: str,
+    uid: str,
+    namespace: str,
+    name: str,
+    record: ClaimRecord | None,
+    dirs: PrepareDirs,
+    node_nics: Mapping[str, HostNic],
 ) -> UnpreparePlan:
     """Everything a prepare of the claim may have left on the node, record or not: files are named from the UID
-    and the namespace/name, so they are found even when the plugin died before recording the claim."""
+    (and the metadata directory from the namespace, name and UID), so they are found even when the plugin died
+    before recording the claim, and never include another claim's; so is the MAC of a NIC it configured.
+    ``node_nics``: the node's NICs by device name (empty for a driver without NICs)."""
+    if record is not None:
+        recorded = _recorded_metadata_dir(record)
+        metadata_dir, legacy = (dirs.metadata_root / recorded if recorded else None), None
+    else:
+        metadata_dir = dirs.metadata_root / metadata.host_claim_dir_name(namespace=namespace, name=name, uid=uid)
+        legacy = dirs.metadata_root / metadata.legacy_claim_dir_name(namespace=namespace, name=name)
     return UnpreparePlan(
+        uid=uid,
         claim_spec_file=cdi_edits.claim_spec_file(driver=driver, claim_uid=uid),
         metadata_spec_prefix=metadata.metadata_spec_prefix(driver=driver, claim_uid=uid),
         cdi_dir=dirs.cdi_dir,
-        metadata_dir=dirs.metadata_root / (record["metadataDir"] if record else f"{namespace}_{name}"),
+        metadata_dir=metadata_dir,
+        legacy_metadata_dir=legacy,
         sync_dirs=(dirs.cdi_dir, dirs.metadata_root),
         mdevs=tuple(record["mdevs"]) if record else (),
         nics=tuple(prepared_nic(n) for n in record["nics"]) if record else (),
+        stray_nics=()
+        if record
+        else tuple(
+            StrayNic(
+                host_ifname=nic.ifname,
+                claim_mac=claim_mac(node_name=node_name, claim_uid=uid, device=device),
+                hardware_mac=nic.mac,
+                hardware_mtu=nic.mtu,
+            )
+            for device, nic in sorted(node_nics.items())
+        ),
     )
+
+
+def compute_recorded_files(record: ClaimRecord, *, dirs: PrepareDirs) -> tuple[Path, ...]:
+    """Every file a recorded claim's containers depend on: its CDI specs and the metadata files they mount. Any of
+    them missing (a reboot empties the CDI directory; a file removed by hand) means the claim must be prepared
+    again before it is answered from the checkpoint."""
+    specs = tuple(dirs.cdi_dir / f for f in record["cdiSpecFiles"])
+    recorded = _recorded_metadata_dir(record)
+    if not recorded:
+        return specs
+    requests = dict.fromkeys(metadata.top_level_request(r) for d in record["devices"] for r in d["requestNames"])
+    return (*specs, *(dirs.metadata_root / recorded / r / metadata.HOST_FILE_NAME for r in requests))
+
+
+def _recorded_metadata_dir(record: ClaimRecord) -> str:
+    """The record's metadata directory if it is a plain name inside the root, else "" (none to touch)."""
+    name = record["metadataDir"]
+    return name if name and name not in (".", "..") and "/" not in name and "\0" not in name else ""

@@ -3,33 +3,42 @@
 A prepare reads the claim, computes its plan (:mod:`fakedev.driver.plan`, pure), writes ``status.devices`` while
 the plan is carried out on the node (:mod:`fakedev.driver.apply`), and records the claim in the checkpoint last.
 
-Crash safety without a two-phase checkpoint: every file a claim gets is named from its UID (CDI specs) or from the
-namespace/name the kubelet passes to unprepare (the metadata directory), so unprepare can remove everything even when
-the plugin died between writing files and recording the claim. The checkpoint is written last, atomically.
+Crash safety without a two-phase checkpoint: every file a claim gets is named from its UID (CDI specs, and the
+metadata directory ``<namespace>_<name>_<uid>``), and every NIC it configures gets a MAC derived from its UID, so
+unprepare can undo everything even when the plugin died between the node-side work and recording the claim, and
+can never touch another claim's files or NICs. The checkpoint is
+written last, atomically. A recorded claim is answered from the checkpoint only while every file it depends on is
+there, and only to the namespace/name it was prepared for. Temp files of writes cut short by a crash are collected
+when the state is loaded at start-up.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
-from fakedev.driver import metadata
+import cdi
+from fakedev.driver import cdi_edits, metadata
 from fakedev.driver.apply import apply_prepare_plan, apply_unprepare_plan
 from fakedev.driver.checkpoint import Checkpoint, ClaimRecord, prepared_device, prepared_nic
 from fakedev.driver.claims import check_claim_ref, compute_claim_plan
+from fakedev.driver.crash import CrashPoint, CrashSwitch
+from fakedev.driver.fsutil import DIR_MODE, PRIVATE_DIR_MODE, make_dirs, remove_temp_files
 from fakedev.driver.plan import (
     PrepareDirs,
     compute_device_configs,
     compute_nic_assignments,
     compute_prepare_plan,
+    compute_recorded_files,
     compute_unprepare_plan,
 )
 from fakedev.errors import ClaimError, KubeApiError
 from fakedev.kube import DriverApi
+from fakedev.nics.plan import HostNic
 from fakedev.render.published import PublishedDevice
 from kubeclient.timestamps import render_time
 from kubeletapi.types import ClaimRef, PreparedDevice, PrepareResult
@@ -75,17 +84,45 @@ class ClaimState:
     lookup: Lookup
     nic_netns: str | None = None
     """The node namespace holding its NICs (None: ours); NIC claims are configured there before the pod gets them."""
+    node_nics: Mapping[str, HostNic] = field(default_factory=dict)
+    """The node's NICs by device name: an unrecorded claim's unprepare resets those carrying its MAC."""
+    crash: CrashSwitch = field(default_factory=CrashSwitch)
+    """Unarmed unless the torture tool asked for a crash point (``FAKEDEV_CRASH_AT``)."""
     claims: dict[str, ClaimRecord] = field(default_factory=dict)
 
     @property
     def checkpoint(self) -> Checkpoint:
         return Checkpoint(path=self.paths.checkpoint)
 
-    def load(self) -> None:
-        """Rebuild state from the checkpoint (a corrupt one raises CheckpointError: the plugin must not start)."""
-        self.claims = self.checkpoint.load()
+    def load(self) -> list[Path]:
+        """Rebuild state from the checkpoint (a corrupt one raises CheckpointError: the plugin must not start) and
+        collect the temp files crashed writes left; returns those. Hold the instances' lock (``serialize.lock``):
+        another instance's write in progress looks just like a crashed one."""
+        make_dirs(self.paths.plugin_data_dir, mode=PRIVATE_DIR_MODE)
+        make_dirs(self.paths.checkpoint.parent, mode=PRIVATE_DIR_MODE)
         for directory in (self.paths.cdi_dir, self.paths.metadata_root, self.paths.dev_root):
-            directory.mkdir(parents=True, exist_ok=True)
+            make_dirs(directory, mode=DIR_MODE)
+        self.claims = self.checkpoint.load()
+        return self.collect_temp_files()
+
+    def collect_temp_files(self) -> list[Path]:
+        """Remove our own writes' temp files, and only in our own directories: spec temp files of this driver's
+        names in the (shared) CDI directory, metadata temp files below our metadata root, checkpoint temp files."""
+        cdi_dir = self.paths.cdi_dir
+        removed = [
+            *cdi.remove_temp_files(cdi_dir=cdi_dir, prefix=cdi_edits.claim_spec_prefix(self.driver)),
+            *cdi.remove_temp_files(cdi_dir=cdi_dir, prefix=metadata.metadata_spec_driver_prefix(self.driver)),
+            *remove_temp_files(self.paths.checkpoint.parent, target=self.paths.checkpoint.name),
+        ]
+        for request_dir in sorted(self.paths.metadata_root.glob("*/*")):
+            if request_dir.is_dir() and not request_dir.is_symlink():
+                removed += remove_temp_files(request_dir, target=metadata.HOST_FILE_NAME)
+        if removed:
+            log.info(
+                "temp files of interrupted writes removed",
+                extra={"fields": {"count": len(removed), "files": [str(p) for p in removed]}},
+            )
+        return removed
 
     # -- prepare -------------------------------------------------------------------------------------------------
 
@@ -101,6 +138,13 @@ class ClaimState:
     def _prepare(self, ref: ClaimRef) -> tuple[PreparedDevice, ...]:
         check_claim_ref(uid=ref.uid, namespace=ref.namespace, name=ref.name)
         known = self.claims.get(ref.uid)
+        if known is not None and (known["namespace"], known["name"]) != (ref.namespace, ref.name):
+            # A UID names one claim for ever; the same UID under another name is a caller's mistake, and answering
+            # it would hand one claim's devices to a pod that asked for another.
+            raise ClaimError(
+                f"claim {ref.uid} is prepared on this node as {known['namespace']}/{known['name']}; "
+                f"refusing to prepare it as {ref.namespace}/{ref.name}"
+            )
         if known is not None and self._files_present(known):
             return tuple(prepared_device(d) for d in known["devices"])
         if self.api is None:
@@ -132,21 +176,31 @@ class ClaimState:
         # The status write (an API round trip) overlaps the node-side work (netlink, files, fsyncs); both must
         # succeed before the claim is recorded, and either failing fails the prepare, which the kubelet retries.
         status = _STATUS_WRITER.submit(
-            self.api.apply_claim_status,
-            namespace=claim_plan.namespace,
-            name=claim_plan.name,
-            uid=claim_plan.uid,
+            self._write_status,
+            api=self.api,
+            ref=ref,
             devices=list(plan.status_devices),
+            points=(CrashPoint.PREPARE_BEFORE_STATUS, CrashPoint.PREPARE_AFTER_STATUS),
         )
         try:
-            apply_prepare_plan(plan, nic_netns=self.nic_netns, sysfs_root=self.paths.sysfs_root)
+            apply_prepare_plan(plan, nic_netns=self.nic_netns, sysfs_root=self.paths.sysfs_root, crash=self.crash)
         finally:
             status_error = status.exception()
         if status_error is not None:
             raise status_error
         self.claims[ref.uid] = plan.record
-        self.checkpoint.save(self.claims)
+        self.crash.reached(CrashPoint.PREPARE_BEFORE_CHECKPOINT)
+        self.checkpoint.save(self.claims, before_rename=self.crash.before_rename(CrashPoint.CHECKPOINT_TEMP))
+        self.crash.reached(CrashPoint.PREPARE_AFTER_CHECKPOINT)
         return plan.prepared
+
+    def _write_status(
+        self, *, api: DriverApi, ref: ClaimRef, devices: list[dict[str, Any]], points: tuple[CrashPoint, CrashPoint]
+    ) -> None:
+        before, after = points
+        self.crash.reached(before)
+        api.apply_claim_status(namespace=ref.namespace, name=ref.name, uid=ref.uid, devices=devices)
+        self.crash.reached(after)
 
     def _published(self, pool: str, device: str, *, request: str) -> PublishedDevice:
         found = self.lookup(pool, device)
@@ -158,8 +212,9 @@ class ClaimState:
         return found
 
     def _files_present(self, record: ClaimRecord) -> bool:
-        """A node reboot wipes the CDI dir (volatile); then the claim is prepared again from scratch."""
-        return all((self.paths.cdi_dir / f).exists() for f in record["cdiSpecFiles"])
+        """A node reboot wipes the CDI dir (volatile), and a metadata file a spec mounts may be gone too; then the
+        claim is prepared again from scratch."""
+        return all(p.exists() for p in compute_recorded_files(record, dirs=self.paths.dirs))
 
     # -- unprepare -----------------------------------------------------------------------------------------------
 
@@ -171,18 +226,29 @@ class ClaimState:
             return str(exc)
         record = self.claims.get(ref.uid)
         plan = compute_unprepare_plan(
-            driver=self.driver, uid=ref.uid, namespace=ref.namespace, name=ref.name, record=record, dirs=self.paths.dirs
+            driver=self.driver,
+            node_name=self.node_name,
+            uid=ref.uid,
+            namespace=ref.namespace,
+            name=ref.name,
+            record=record,
+            dirs=self.paths.dirs,
+            node_nics=self.node_nics,
         )
         # Clearing our status entries overlaps the node-side clean-up, as in prepare.
         status = (
             _STATUS_WRITER.submit(
-                self.api.apply_claim_status, namespace=ref.namespace, name=ref.name, uid=ref.uid, devices=[]
+                self._write_status,
+                api=self.api,
+                ref=ref,
+                devices=[],
+                points=(CrashPoint.UNPREPARE_BEFORE_STATUS, CrashPoint.UNPREPARE_AFTER_STATUS),
             )
             if self.api is not None
             else None
         )
         try:
-            apply_unprepare_plan(plan, nic_netns=self.nic_netns, sysfs_root=self.paths.sysfs_root)
+            apply_unprepare_plan(plan, nic_netns=self.nic_netns, sysfs_root=self.paths.sysfs_root, crash=self.crash)
         finally:
             status_error = status.exception() if status is not None else None
         if isinstance(status_error, KubeApiError):
@@ -192,5 +258,7 @@ class ClaimState:
             raise status_error
         if record is not None:
             del self.claims[ref.uid]
-            self.checkpoint.save(self.claims)
+            self.crash.reached(CrashPoint.UNPREPARE_BEFORE_CHECKPOINT)
+            self.checkpoint.save(self.claims, before_rename=self.crash.before_rename(CrashPoint.CHECKPOINT_TEMP))
+            self.crash.reached(CrashPoint.UNPREPARE_AFTER_CHECKPOINT)
         return ""

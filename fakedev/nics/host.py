@@ -34,3 +34,15 @@ def reset(netns: str | None, *, host_ifname: str, mac: str, mtu: int) -> bool:
         ipr.flush_addr(index=idx[0])
         ipr.link("set", index=idx[0], address=mac, mtu=mtu)
         return True
+
+
+def reset_if_mac(netns: str | None, *, host_ifname: str, claim_mac: str, mac: str, mtu: int) -> bool:
+    """:func:`reset` the interface only if it carries ``claim_mac`` (a claim's prepare configured it); False when
+    it does not, or is not on the node."""
+    with netlink(netns) as ipr:
+        idx = ipr.link_lookup(ifname=host_ifname)
+        if not idx or ipr.get_links(idx[0])[0].get_attr("IFLA_ADDRESS") != claim_mac:
+            return False
+        ipr.flush_addr(index=idx[0])
+        ipr.link("set", index=idx[0], address=mac, mtu=mtu)
+        return True

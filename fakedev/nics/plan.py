@@ -96,6 +96,12 @@ def check_addresses(addresses: Iterable[str], *, used: Collection[str]) -> tuple
     return tuple(out)
 
 
+def claim_mac(*, node_name: str, claim_uid: str, device: str) -> str:
+    """The MAC prepare gives ``device`` for claim ``claim_uid``: derived from the UID, so unprepare recognises a NIC
+    a prepare configured even when the plugin died before recording the claim."""
+    return mac_address(node=node_name, key=f"pod-nic/{claim_uid}/{device}")
+
+
 def compute_assignment(
     *,
     node_name: str,
@@ -121,7 +127,7 @@ def compute_assignment(
         device=device,
         host_ifname=host_ifname,
         pod_ifname=config.interface_name or _free_name(used_names),
-        mac=mac_address(node=node_name, key=f"pod-nic/{claim_uid}/{device}"),
+        mac=claim_mac(node_name=node_name, claim_uid=claim_uid, device=device),
         mtu=config.mtu or default_mtu,
         addresses=addresses,
     )

@@ -21,12 +21,15 @@ from typing import Final
 
 from fakedev.driver.binding import compute_binding_updates
 from fakedev.driver.core import SerializedDriver
+from fakedev.driver.crash import CrashAt, CrashSwitch
+from fakedev.driver.fsutil import PRIVATE_DIR_MODE, make_dirs
 from fakedev.driver.state import ClaimState, StatePaths
 from fakedev.errors import KubeApiError, ProfileError
 from fakedev.faults import Faults
 from fakedev.kube import DriverApi
 from fakedev.model.inventory import NodeInventory, resolve_inventory
 from fakedev.nics.discover import Discovery, UdevNetMonitor, discover
+from fakedev.nics.plan import HostNic
 from fakedev.nics.ports import compute_ports, ifname_of
 from fakedev.nics.watch import LinkWatcher
 from fakedev.plugin.control import ControlServer, ControlTarget, render_taint
@@ -71,6 +74,8 @@ class PluginSettings:
     """Where the NICs' fabric ports live; when set, their link state drives device health and taints."""
     record_calls: Path | None = None
     """Append a JSON line per gRPC call served here (:mod:`fakedev.plugin.calls`); None: record nothing."""
+    crash_at: CrashAt | None = None
+    """Kill the plugin at this crash point (``FAKEDEV_CRASH_AT``, for ``fakedev torture``); None: never."""
 
 
 def choose_schema(inventory: NodeInventory, *, requested: Schema | None, profile: str) -> Schema:
@@ -171,6 +176,9 @@ class PluginApp:
             client = KubeClient(s.credentials, field_manager=f"fakedev/{driver}")
         api = DriverApi(client=client, driver=driver, node_name=s.node_name) if client else None
         data_dir = s.state_dir or paths.plugin_dir
+        # The plugin's own directory first, private whatever the umask, before anything is made inside it.
+        make_dirs(paths.plugin_dir, mode=PRIVATE_DIR_MODE)
+        make_dirs(data_dir, mode=PRIVATE_DIR_MODE)
         sysfs_root = await asyncio.to_thread(_ensure_gpu_sysfs, inventory, schema=schema, root=data_dir / "sys")
         state = ClaimState(
             driver=driver,
@@ -185,15 +193,15 @@ class PluginApp:
             api=api,
             lookup=devices.lookup,
             nic_netns=s.nic_netns,
+            node_nics=_node_nics(devices) if schema == Schema.DRANET else {},
+            crash=CrashSwitch(armed=s.crash_at),
         )
-        state.load()
         faults = Faults()
-        server = PluginServer(
-            paths=paths,
-            core=SerializedDriver(state=state, lock_path=paths.serialize_lock, faults=faults),
-            health=devices.health,
-            record_calls=s.record_calls,
-        )
+        core = SerializedDriver(state=state, lock_path=paths.serialize_lock, faults=faults)
+        if s.crash_at is not None:
+            log.warning("crash point armed", extra={"fields": {"point": s.crash_at.render()}})
+        await asyncio.to_thread(core.load)
+        server = PluginServer(paths=paths, core=core, health=devices.health, record_calls=s.record_calls)
         publisher = SlicePublisher(api=api, render=devices.render_slices) if api is not None and s.publish else None
         fabric = {f"gpu-{g.index}": g.fabric_attach for g in inventory.example_gpus if g.fabric_attach is not None}
         binding = (
@@ -367,6 +375,16 @@ def _ensure_gpu_sysfs(inventory: NodeInventory, *, schema: Schema, root: Path) -
     if not (root / "bus").exists():
         write_sysfs(inventory, root=root)
     return root
+
+
+def _node_nics(devices: DeviceBoard) -> dict[str, HostNic]:
+    """The node's Ethernet NICs by published device name, as the hardware has them."""
+    ports = {p.ifname: p for p in compute_ports(devices.inventory)}
+    return {
+        ref.device: HostNic(ifname=port.ifname, mac=port.mac, mtu=port.mtu)
+        for ref, published in devices.rendered.devices.items()
+        if (port := ports.get(ifname_of(published.model) or "")) is not None
+    }
 
 
 def _log_udev(action: str, ifname: str) -> None:

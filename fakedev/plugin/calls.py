@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, Final, TypedDict
 
 import grpc
 from grpc import aio
+
+RECORD_FILE_MODE: Final = 0o644
 
 
 class CallRecord(TypedDict, total=False):
@@ -44,9 +47,16 @@ class CallLog:
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def write(self, record: CallRecord) -> None:
-        line = json.dumps(record, separators=(",", ":")) + "\n"
-        with self._lock, self.path.open("a") as out:
-            out.write(line)
+        line = json.dumps(record, separators=(",", ":")).encode() + b"\n"
+        with self._lock:
+            # A new file gets 0644 whatever the umask; one that already has records keeps the mode it has.
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, RECORD_FILE_MODE)
+            try:
+                if os.fstat(fd).st_size == 0:
+                    os.fchmod(fd, RECORD_FILE_MODE)
+                os.write(fd, line)
+            finally:
+                os.close(fd)
 
 
 def read_calls(path: Path) -> list[CallRecord]:

@@ -11,9 +11,11 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 from grpc import aio
 
+from fakedev.driver.fsutil import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, make_dirs
 from fakedev.errors import FakedevError
 from fakedev.plugin.calls import CallLog, CallRecorder
 from fakedev.plugin.dra import DraV1beta1Servicer, DraV1Servicer
@@ -33,10 +35,13 @@ from kubeletapi import pluginregistration_v1_pb2_grpc as reg_grpc
 
 log = logging.getLogger("fakedev.plugin.server")
 
+SOCKET_DIR_MODE: Final = PRIVATE_DIR_MODE
+SOCKET_MODE: Final = PRIVATE_FILE_MODE
+
 
 def _prepare_socket_path(path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
-    path.parent.chmod(0o750)
+    make_dirs(path.parent, mode=SOCKET_DIR_MODE)  # missing parents too, whatever the umask
+    path.parent.chmod(SOCKET_DIR_MODE)
     if path.is_socket() or path.exists():
         if not path.is_socket():
             raise FakedevError(f"{path} exists and is not a socket; refusing to replace it")
@@ -71,7 +76,7 @@ class PluginServer:
         )
         self._bind(self._dra, dra_sock)
         await self._dra.start()
-        dra_sock.chmod(0o600)
+        dra_sock.chmod(SOCKET_MODE)
 
         _prepare_socket_path(reg_sock)
         self._reg = aio.server(interceptors=interceptors)
@@ -83,7 +88,7 @@ class PluginServer:
         )
         self._bind(self._reg, reg_sock)
         await self._reg.start()
-        reg_sock.chmod(0o600)
+        reg_sock.chmod(SOCKET_MODE)
         log.info("serving", extra={"fields": {"dra": str(dra_sock), "registration": str(reg_sock)}})
 
     @staticmethod

@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import cdi
@@ -205,14 +206,15 @@ def reject_shared() -> None:
 def junk_cdi_spec() -> None:
     original = ClaimState.load
 
-    def load(self: ClaimState) -> None:
-        original(self)
+    def load(self: ClaimState) -> list[Path]:
+        collected = original(self)
         spec = cdi.Spec(
             version="0.5.0",
             kind="k8s.junk.example.com/junk",
             devices=(cdi.Device(name="empty", container_edits=cdi.ContainerEdits()),),
         )
         (self.paths.cdi_dir / "k8s.junk.example.com-junk.json").write_text(__import__("json").dumps(spec.to_json()))
+        return collected
 
     ClaimState.load = load  # type: ignore[method-assign]
 
@@ -224,9 +226,9 @@ def leave_specs() -> None:
 def forget_on_restart() -> None:
     original_load, original_prepare = ClaimState.load, ClaimState.prepare
 
-    def load(self: ClaimState) -> None:
+    def load(self: ClaimState) -> list[Path]:
         self.paths.checkpoint.unlink(missing_ok=True)
-        original_load(self)
+        return original_load(self)
 
     def prepare(self: ClaimState, ref: ClaimRef) -> PrepareResult:
         leftover = any(ref.uid in p.name for p in self.paths.cdi_dir.iterdir())

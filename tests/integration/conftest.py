@@ -40,6 +40,8 @@ class PluginProcess:
     rolling_update_uid: str | None = None
     popen: subprocess.Popen[bytes] | None = None
     env: dict[str, str] = field(default_factory=dict)
+    umask: int | None = None
+    """The process's umask; None: the test runner's."""
 
     @property
     def kubelet_root(self) -> Path:
@@ -76,6 +78,7 @@ class PluginProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **self.env},
+                umask=-1 if self.umask is None else self.umask,
             )
         wait_for(
             lambda: self._starts() > before,
@@ -123,6 +126,8 @@ def plugin_factory(local_cluster: LocalCluster, short_tmp: Path) -> Iterator[Cal
         extra: tuple[str, ...] = (),
         start: bool = True,
         root: Path | None = None,
+        env: dict[str, str] | None = None,
+        umask: int | None = None,
     ) -> PluginProcess:
         base = root or short_tmp / f"p{len(started)}"
         base.mkdir(parents=True, exist_ok=True)
@@ -141,6 +146,8 @@ def plugin_factory(local_cluster: LocalCluster, short_tmp: Path) -> Iterator[Cal
             log_path=base / "plugin.log",
             argv=argv,
             rolling_update_uid=rolling_update_uid,
+            env=env or {},
+            umask=umask,
         )
         started.append(proc)
         if start:

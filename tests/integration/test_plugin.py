@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import stat
 from collections.abc import Callable
@@ -192,9 +193,8 @@ def test_cdi_specs_are_valid_and_inject_env_and_metadata_mount(
     assert mount["destination"] == f"{METADATA_ROOT}/resourceclaims/direct/gpu/gpu.example.com-metadata.json"
     assert mount["options"] == ["ro", "bind"]
     host = Path(mount["source"])
-    assert (
-        host == example_plugin.plugin_dir / "dra-device-metadata" / f"{test_namespace}_direct" / "gpu" / "metadata.json"
-    )
+    claim_dir = f"{test_namespace}_direct_{ref.uid}"
+    assert host == example_plugin.plugin_dir / "dra-device-metadata" / claim_dir / "gpu" / "metadata.json"
     docs = [json.loads(line) for line in host.read_text().splitlines()]
     assert [d["apiVersion"] for d in docs] == ["metadata.resource.k8s.io/v1beta1", "metadata.resource.k8s.io/v1alpha1"]
     assert docs[0]["metadata"] == {"name": "direct", "namespace": test_namespace, "uid": ref.uid, "generation": 1}
@@ -569,3 +569,126 @@ def test_record_calls_writes_one_line_per_grpc_call_in_order(
         "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin",
         "v1.DRAResourceHealth",
     }
+
+
+def _mounted_host_files(cdi_dir: Path, uid: str) -> list[Path]:
+    """The host files the claim's CDI specs bind-mount (its metadata files)."""
+    found = []
+    for spec in cdi_dir.glob(f"*{uid}*.json"):
+        for device in json.loads(spec.read_text())["devices"]:
+            found += [Path(m["hostPath"]) for m in device["containerEdits"].get("mounts", [])]
+    return found
+
+
+def test_a_late_unprepare_of_a_deleted_claim_leaves_its_successor_of_the_same_name_alone(
+    example_plugin: PluginProcess, example_class: str, kube: KubeClient, test_namespace: str
+) -> None:
+    first = allocated_claim(
+        kube,
+        namespace=test_namespace,
+        node=example_plugin.node,
+        claim=claim_body(name="c", device_class=example_class),
+        pod="p",
+    )
+    old = claim_ref(first)
+    asyncio.run(_prepare(example_plugin, [old]))
+    assert asyncio.run(_unprepare(example_plugin, [old])) == {old.uid: ""}
+    kube.delete(PODS, "p", namespace=test_namespace, grace_seconds=0)
+    kube.delete(RESOURCE_CLAIMS, "c", namespace=test_namespace)
+    wait_for(
+        lambda: kube.get_or_none(RESOURCE_CLAIMS, "c", namespace=test_namespace) is None,
+        timeout=30,
+        what="claim deleted",
+    )
+    second = allocated_claim(
+        kube,
+        namespace=test_namespace,
+        node=example_plugin.node,
+        claim=claim_body(name="c", device_class=example_class),
+        pod="q",
+    )
+    new = claim_ref(second)
+    answer = asyncio.run(_prepare(example_plugin, [new]))
+    mounted = _mounted_host_files(example_plugin.cdi_dir, new.uid)
+    assert mounted
+    # The kubelet repeats an unprepare it is not sure of (after its own restart): the old UID has no record now.
+    assert asyncio.run(_unprepare(example_plugin, [old])) == {old.uid: ""}
+    assert [p for p in mounted if not p.exists()] == []
+    assert asyncio.run(_prepare(example_plugin, [new])) == answer
+
+
+def test_a_recorded_claim_whose_metadata_file_is_gone_is_prepared_again(
+    example_plugin: PluginProcess, example_class: str, kube: KubeClient, test_namespace: str
+) -> None:
+    claim = allocated_claim(
+        kube,
+        namespace=test_namespace,
+        node=example_plugin.node,
+        claim=claim_body(name="c", device_class=example_class),
+        pod="p",
+    )
+    ref = claim_ref(claim)
+    asyncio.run(_prepare(example_plugin, [ref]))
+    (host,) = _mounted_host_files(example_plugin.cdi_dir, ref.uid)
+    host.unlink()
+    assert asyncio.run(_prepare(example_plugin, [ref]))[ref.uid].error == ""
+    assert json.loads(host.read_text().splitlines()[0])["metadata"]["generation"] == 2
+
+
+def test_a_uid_is_not_prepared_under_another_name(
+    example_plugin: PluginProcess, example_class: str, kube: KubeClient, test_namespace: str
+) -> None:
+    claim = allocated_claim(
+        kube,
+        namespace=test_namespace,
+        node=example_plugin.node,
+        claim=claim_body(name="c", device_class=example_class),
+        pod="p",
+    )
+    ref = claim_ref(claim)
+    asyncio.run(_prepare(example_plugin, [ref]))
+    other = ClaimRef(uid=ref.uid, namespace="default", name="someone-else")
+    error = asyncio.run(_prepare(example_plugin, [other]))[ref.uid].error
+    assert error == (
+        f"claim {ref.uid} is prepared on this node as {test_namespace}/c; "
+        "refusing to prepare it as default/someone-else"
+    )
+
+
+@pytest.mark.parametrize(
+    ("point", "leftover"),
+    [
+        ("prepare-claim-spec-temp", r"^\.k8s\.gpu\.example\.com-device_{uid}\.json\.\w+\.tmp$"),
+        ("prepare-metadata-temp", r"^\.metadata\.json\.\w+\.tmp$"),
+        ("prepare-metadata-spec-temp", r"^\.gpu\.example\.com_metadata_{uid}_gpu\.json\.\w+\.tmp$"),
+        ("checkpoint-temp", r"^\.checkpoint\.json\.\w+\.tmp$"),
+    ],
+    ids=["claim-spec", "metadata-file", "metadata-spec", "checkpoint"],
+)
+def test_temp_files_of_a_write_cut_short_by_a_kill_are_collected_when_the_plugin_starts(
+    point: str,
+    leftover: str,
+    plugin_factory: Callable[..., PluginProcess],
+    emulated_node: str,
+    example_class: str,
+    kube: KubeClient,
+    test_namespace: str,
+) -> None:
+    plugin = plugin_factory(node=emulated_node, env={"FAKEDEV_CRASH_AT": point})
+    claim = allocated_claim(
+        kube,
+        namespace=test_namespace,
+        node=plugin.node,
+        claim=claim_body(name="c", device_class=example_class),
+        pod="p",
+    )
+    ref = claim_ref(claim)
+    with pytest.raises(DraCallError):
+        asyncio.run(_prepare(plugin, [ref]))
+    assert plugin.popen is not None and plugin.popen.wait(timeout=20) == -signal.SIGKILL
+    (left,) = list(plugin.root.rglob(".*.tmp"))
+    assert re.match(leftover.format(uid=ref.uid), left.name)
+    plugin.env = {}
+    plugin.start()
+    assert list(plugin.root.rglob(".*.tmp")) == []
+    assert asyncio.run(_prepare(plugin, [ref]))[ref.uid].error == ""

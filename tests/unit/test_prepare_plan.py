@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from fakedev.driver import metadata
+from fakedev.driver.checkpoint import ClaimRecord
 from fakedev.driver.claims import compute_claim_plan
 from fakedev.driver.plan import (
     PrepareDirs,
@@ -18,6 +20,8 @@ from fakedev.driver.plan import (
     compute_device_configs,
     compute_nic_assignments,
     compute_prepare_plan,
+    compute_recorded_files,
+    compute_unprepare_plan,
 )
 from fakedev.driver.preparers import PREPARERS, MdevRequest
 from fakedev.errors import ClaimError
@@ -33,7 +37,7 @@ from fakedev.model.inventory import (
     VirtualNic,
     resolve_inventory,
 )
-from fakedev.nics.plan import NicAssignment, PreparedNic
+from fakedev.nics.plan import HostNic, NicAssignment, PreparedNic
 from fakedev.profiles import load_profile
 from fakedev.render import PublishedDevice, RenderedNode, render_node
 
@@ -195,7 +199,7 @@ def test_full_gpu_metadata_files_and_their_spec() -> None:
     gpu = _published("dgx-h100", NVIDIA, "gpu-0")
     plan = _plan("dgx-h100", NVIDIA, [("gpu", "gpu-0", None)], generation=3)
     (meta,) = plan.metadata_files
-    assert meta.path == DIRS.metadata_root / "ns_c" / "gpu" / "metadata.json"
+    assert meta.path == DIRS.metadata_root / f"ns_c_{UID}" / "gpu" / "metadata.json"
     docs = _metadata(plan, "gpu")
     assert [d["apiVersion"] for d in docs] == ["metadata.resource.k8s.io/v1beta1", "metadata.resource.k8s.io/v1alpha1"]
     assert docs[0]["metadata"] == {"name": "c", "namespace": "ns", "uid": UID, "generation": 3}
@@ -260,7 +264,7 @@ def test_full_gpu_status_answer_and_record() -> None:
             },
         ],
         "cdiSpecFiles": [f"k8s.gpu.nvidia.com-device_{UID}.json", f"gpu.nvidia.com_metadata_{UID}_gpu.json"],
-        "metadataDir": "ns_c",
+        "metadataDir": f"ns_c_{UID}",
         "metadataGeneration": 2,
         "nics": [],
         "mdevs": [],
@@ -445,8 +449,14 @@ def test_vfio_passthrough_gets_its_iommu_group_node() -> None:
 
 @pytest.mark.parametrize(
     ("device", "mtu"),
-    [("pci-0000-08-00-0", 9000), ("pci-0000-08-00-2", 1500), ("veth-fast0", 9000), ("veth-fast1", 1500)],
-    ids=["pf", "vf", "virtual", "virtual-default-mtu"],
+    [
+        ("pci-0000-08-00-0", 9000),
+        ("pci-0000-08-00-2", 9000),
+        ("pci-0000-09-00-2", 1500),
+        ("veth-fast0", 9000),
+        ("veth-fast1", 1500),
+    ],
+    ids=["pf", "vf-of-a-jumbo-pf", "vf-default-mtu", "virtual", "virtual-default-mtu"],
 )
 def test_nic_is_handed_over_with_net_devices_and_reported(device: str, mtu: int) -> None:
     model = _published("nic-only", DRANET, device).model
@@ -602,3 +612,81 @@ def test_fabric_attached_example_gpu_reports_the_binding_condition(device: str, 
             "lastTransitionTime": NOW,
             "message": "gpu-0 attached to the node through the fabric",
         }
+
+
+# -- what a claim's files are, for unprepare and for the checkpoint shortcut ----------------------------------------
+
+
+def test_a_claims_metadata_directory_is_unique_per_uid_and_fits_a_file_name() -> None:
+    long_name = "n" * 253
+    name = metadata.host_claim_dir_name(namespace="x" * 63, name=long_name, uid=UID)
+    assert len(name) == 255 and name.endswith(f"_{UID}") and name.startswith("x" * 63 + "_nnn")
+    assert metadata.host_claim_dir_name(namespace="ns", name="c", uid=UID) == f"ns_c_{UID}"
+
+
+def test_unprepare_without_a_record_looks_only_at_the_uids_own_directory_and_the_old_naming() -> None:
+    plan = compute_unprepare_plan(
+        driver=NVIDIA, node_name=NODE, uid=UID, namespace="ns", name="c", record=None, dirs=DIRS, node_nics={}
+    )
+    assert plan.metadata_dir == DIRS.metadata_root / f"ns_c_{UID}"
+    assert plan.legacy_metadata_dir == DIRS.metadata_root / "ns_c"  # removed only if its files name this UID
+    assert (plan.claim_spec_file, plan.metadata_spec_prefix) == (
+        f"k8s.gpu.nvidia.com-device_{UID}.json",
+        f"gpu.nvidia.com_metadata_{UID}_",
+    )
+
+
+@pytest.mark.parametrize(
+    ("recorded", "expected"),
+    [("ns_c", "ns_c"), ("", None), ("../../etc", None), ("..", None)],
+    ids=["older-plugin", "none", "escaping", "parent"],
+)
+def test_unprepare_with_a_record_removes_the_directory_it_names_if_that_is_a_plain_name(
+    recorded: str, expected: str | None
+) -> None:
+    record: ClaimRecord = {**_plan("dgx-h100", NVIDIA, [("gpu", "gpu-0", None)]).record, "metadataDir": recorded}
+    plan = compute_unprepare_plan(
+        driver=NVIDIA, node_name=NODE, uid=UID, namespace="ns", name="c", record=record, dirs=DIRS, node_nics={}
+    )
+    assert plan.metadata_dir == (DIRS.metadata_root / expected if expected else None)
+    assert plan.legacy_metadata_dir is None
+
+
+def test_a_recorded_claim_depends_on_its_specs_and_each_requests_metadata_file() -> None:
+    plan = _plan("dgx-h100", NVIDIA, [("a", "gpu-0", None), ("a", "gpu-1", None), ("b/x", "gpu-2", None)])
+    claim_dir = DIRS.metadata_root / f"ns_c_{UID}"
+    assert compute_recorded_files(plan.record, dirs=DIRS) == (
+        DIRS.cdi_dir / f"k8s.gpu.nvidia.com-device_{UID}.json",
+        DIRS.cdi_dir / f"gpu.nvidia.com_metadata_{UID}_a.json",
+        DIRS.cdi_dir / f"gpu.nvidia.com_metadata_{UID}_b.json",
+        claim_dir / "a" / "metadata.json",
+        claim_dir / "b" / "metadata.json",
+    )
+    assert {f.path for f in plan.metadata_files} == set(compute_recorded_files(plan.record, dirs=DIRS)[3:])
+
+
+def test_unprepare_without_a_record_resets_only_nics_carrying_the_claims_mac() -> None:
+    prepared = _plan("nic-only", DRANET, [("nic", "pci-0000-08-00-2", None)])
+    (nic,) = prepared.nics
+    node_nics = {
+        "pci-0000-08-00-2": HostNic(ifname="enp8s0f0v0", mac=nic.hardware_mac, mtu=9000),
+        "veth-fast1": HostNic(ifname="veth-fast1", mac="02:00:00:00:00:01", mtu=1500),
+    }
+    plan = compute_unprepare_plan(
+        driver=DRANET, node_name=NODE, uid=UID, namespace="ns", name="c", record=None, dirs=DIRS, node_nics=node_nics
+    )
+    stray = {s.host_ifname: s for s in plan.stray_nics}
+    assert stray["enp8s0f0v0"].claim_mac == nic.assignment.mac  # what prepare gave it, so it is recognised
+    assert (stray["enp8s0f0v0"].hardware_mac, stray["enp8s0f0v0"].hardware_mtu) == (nic.hardware_mac, 9000)
+    assert stray["veth-fast1"].claim_mac != nic.assignment.mac
+    recorded = compute_unprepare_plan(
+        driver=DRANET,
+        node_name=NODE,
+        uid=UID,
+        namespace="ns",
+        name="c",
+        record=prepared.record,
+        dirs=DIRS,
+        node_nics=node_nics,
+    )
+    assert (recorded.nics, recorded.stray_nics) == (prepared.nics, ())

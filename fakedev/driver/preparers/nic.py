@@ -6,7 +6,7 @@ claim status and the metadata file report the name, MAC and addresses the pod se
 
 from __future__ import annotations
 
-from typing import Final, TypeVar
+from typing import TypeVar
 
 import cdi
 from fakedev.driver import cdi_edits
@@ -17,9 +17,6 @@ from fakedev.errors import ClaimError
 from fakedev.model.inventory import NicModel, NicPf, NicVf, VirtualNic
 from fakedev.model.nic import LinkType
 from fakedev.nics.plan import HostNic, PreparedNic
-
-VF_MTU: Final = 1500
-"""The model keeps no MTU for a VF; prepare takes the kernel's default as its hardware MTU."""
 
 N = TypeVar("N", bound=NicModel)
 
@@ -64,7 +61,11 @@ class NicPfPreparer(_NicPreparer[NicPf]):
 
 class NicVfPreparer(_NicPreparer[NicVf]):
     def host_nic(self, model: NicVf, *, device: str) -> HostNic | None:
-        return HostNic(ifname=model.ifname, mac=model.mac, mtu=VF_MTU)
+        # A VF's netdev has its PF's MTU (the veth is made so, and the slice publishes it): prepare defaults to it
+        # and unprepare gives it back.
+        if model.pci.mtu is None:
+            raise ClaimError(f"{device} is a VF whose PCI function has no MTU in the device model")
+        return HostNic(ifname=model.ifname, mac=model.mac, mtu=model.pci.mtu)
 
 
 class VirtualNicPreparer(_NicPreparer[VirtualNic]):

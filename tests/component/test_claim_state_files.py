@@ -1,0 +1,238 @@
+"""What the claim state leaves on disk across crashes and restarts, in temp dirs and without an API server: claims
+are put on disk by the prepare plan itself (as a plugin that died after writing them would leave them)."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fakedev.cli.torture.invariants import CheckScope, compute_violations
+from fakedev.cli.torture.ledger import Belief, ClaimBelief
+from fakedev.cli.torture.observe import NodeFiles, read_snapshot
+from fakedev.driver.apply import apply_prepare_plan
+from fakedev.driver.checkpoint import Checkpoint, ClaimRecord
+from fakedev.driver.claims import compute_claim_plan
+from fakedev.driver.core import SerializedDriver
+from fakedev.driver.plan import PreparePlan, compute_device_configs, compute_prepare_plan
+from fakedev.driver.state import ClaimState, StatePaths
+from fakedev.model.inventory import resolve_inventory
+from fakedev.profiles import load_profile
+from fakedev.render import RenderedNode, render_node
+from kubeletapi.types import ClaimRef
+
+NODE = "files"
+DRIVER = "gpu.example.com"
+OLD = ClaimRef(uid="11111111-0000-0000-0000-000000000001", namespace="ns", name="c")
+NEW = ClaimRef(uid="22222222-0000-0000-0000-000000000002", namespace="ns", name="c")
+
+
+@pytest.fixture(scope="module")
+def rendered() -> RenderedNode:
+    return render_node(resolve_inventory(load_profile("seed-example"), node_name=NODE))
+
+
+@pytest.fixture
+def paths(tmp_path: Path) -> StatePaths:
+    return StatePaths(
+        cdi_dir=tmp_path / "cdi",
+        plugin_data_dir=tmp_path / "plugin",
+        dev_root=tmp_path / "plugin" / "dev",
+        checkpoint=tmp_path / "plugin" / "checkpoint.json",
+    )
+
+
+def _state(rendered: RenderedNode, paths: StatePaths) -> ClaimState:
+    return ClaimState(
+        driver=DRIVER,
+        node_name=NODE,
+        paths=paths,
+        api=None,
+        lookup=lambda pool, name: rendered.device(driver=DRIVER, pool=pool, name=name),
+    )
+
+
+def _plan(rendered: RenderedNode, paths: StatePaths, ref: ClaimRef, *, device: str) -> PreparePlan:
+    result = {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": device}
+    claim: Any = {
+        "metadata": {"uid": ref.uid, "name": ref.name, "namespace": ref.namespace},
+        "status": {"allocation": {"devices": {"results": [result]}}},
+    }
+    claim_plan = compute_claim_plan(claim, uid=ref.uid, driver=DRIVER, node_name=NODE)
+    published = [rendered.device(driver=DRIVER, pool=NODE, name=d.device) for d in claim_plan.devices]
+    return compute_prepare_plan(
+        claim=claim_plan,
+        published=published,
+        configs=compute_device_configs(claim_plan, published),
+        nics={},
+        driver=DRIVER,
+        node_name=NODE,
+        dirs=paths.dirs,
+        generation=1,
+        now="2026-01-01T00:00:00Z",
+    )
+
+
+def _prepared(
+    rendered: RenderedNode, paths: StatePaths, ref: ClaimRef, *, device: str, recorded: bool = True
+) -> PreparePlan:
+    """The claim's files on disk and, if ``recorded``, its record in the checkpoint."""
+    plan = _plan(rendered, paths, ref, device=device)
+    apply_prepare_plan(plan, nic_netns=None, sysfs_root=None)
+    if recorded:
+        checkpoint = Checkpoint(path=paths.checkpoint)
+        checkpoint.save({**checkpoint.load(), ref.uid: plan.record})
+    return plan
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+def test_a_uid_recorded_under_one_name_is_refused_under_another(rendered: RenderedNode, paths: StatePaths) -> None:
+    _prepared(rendered, paths, OLD, device="gpu-0")
+    state = _state(rendered, paths)
+    state.load()
+    result = state.prepare(ClaimRef(uid=OLD.uid, namespace="other", name="d"))
+    assert result.error == f"claim {OLD.uid} is prepared on this node as ns/c; refusing to prepare it as other/d"
+    assert result.devices == ()
+
+
+def test_unprepare_of_an_unrecorded_uid_leaves_a_claim_of_the_same_name_alone(
+    rendered: RenderedNode, paths: StatePaths
+) -> None:
+    new = _prepared(rendered, paths, NEW, device="gpu-1")
+    state = _state(rendered, paths)
+    state.load()
+    before = _files(paths.metadata_root)
+    assert state.unprepare(OLD) == ""
+    assert _files(paths.metadata_root) == before
+    assert all(f.path.exists() for f in new.metadata_files)
+
+
+def test_unprepare_without_a_record_removes_the_files_a_crash_left(rendered: RenderedNode, paths: StatePaths) -> None:
+    _prepared(rendered, paths, OLD, device="gpu-0", recorded=False)
+    state = _state(rendered, paths)
+    state.load()
+    assert state.unprepare(OLD) == ""
+    assert (_files(paths.cdi_dir), _files(paths.metadata_root)) == ([], [])
+
+
+def _as_older_plugin(plan: PreparePlan, paths: StatePaths, *, recorded: bool) -> None:
+    """Move a claim's metadata to the ``<namespace>_<name>`` directory plugins before the UID naming used."""
+    legacy = paths.metadata_root / f"{plan.record['namespace']}_{plan.record['name']}"
+    (paths.metadata_root / plan.record["metadataDir"]).rename(legacy)
+    if recorded:
+        record: ClaimRecord = {**plan.record, "metadataDir": legacy.name}
+        Checkpoint(path=paths.checkpoint).save({plan.uid: record})
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "crashed-before-the-record"])
+def test_a_claim_an_older_plugin_prepared_is_unprepared_cleanly(
+    rendered: RenderedNode, paths: StatePaths, recorded: bool
+) -> None:
+    plan = _prepared(rendered, paths, OLD, device="gpu-0", recorded=False)
+    _as_older_plugin(plan, paths, recorded=recorded)
+    state = _state(rendered, paths)
+    state.load()
+    assert state.unprepare(OLD) == ""
+    assert (_files(paths.cdi_dir), _files(paths.metadata_root)) == ([], [])
+    assert state.claims == {}
+
+
+def test_an_older_plugins_directory_now_holding_a_successor_is_kept(rendered: RenderedNode, paths: StatePaths) -> None:
+    successor = _prepared(rendered, paths, NEW, device="gpu-1", recorded=False)
+    _as_older_plugin(successor, paths, recorded=True)
+    state = _state(rendered, paths)
+    state.load()
+    assert state.unprepare(OLD) == ""  # the predecessor, late, with no record
+    assert _files(paths.metadata_root) == ["ns_c/gpu/metadata.json"]
+
+
+def _plant_temp_files(paths: StatePaths, *, claim_dir: str) -> dict[str, list[Path]]:
+    """Temp files as crashed writes leave them (``.<target>.<mkstemp random>.tmp``), and look-alikes that are not
+    ours to remove."""
+    request_dir = paths.metadata_root / claim_dir / "gpu"
+    ours = [
+        paths.cdi_dir / f".k8s.{DRIVER}-device_{OLD.uid}.json.a1b2c3d4.tmp",
+        paths.cdi_dir / f".{DRIVER}_metadata_{OLD.uid}_gpu.json.Zz_09xyz.tmp",
+        request_dir / ".metadata.json.k3j4l5m6.tmp",
+        paths.checkpoint.parent / ".checkpoint.json.q9w8e7r6.tmp",
+    ]
+    theirs = [
+        paths.cdi_dir / f".k8s.gpu.nvidia.com-device_{OLD.uid}.json.a1b2c3d4.tmp",  # another driver's write
+        paths.cdi_dir / "vendor.json",
+        paths.checkpoint.parent / ".checkpoint.json.bak",
+        paths.checkpoint.parent / ".other.json.q9w8e7r6.tmp",
+    ]
+    for path in (*ours, *theirs):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"{")
+    return {"ours": ours, "theirs": theirs}
+
+
+def test_loading_collects_our_temp_files_and_nothing_else(rendered: RenderedNode, paths: StatePaths) -> None:
+    plan = _prepared(rendered, paths, OLD, device="gpu-0")
+    planted = _plant_temp_files(paths, claim_dir=plan.record["metadataDir"])
+    state = _state(rendered, paths)
+    assert sorted(state.load()) == sorted(planted["ours"])
+    assert [p for p in planted["ours"] if p.exists()] == []
+    assert all(p.exists() for p in planted["theirs"])
+    assert state.prepare(OLD).devices == plan.prepared
+
+
+def test_temp_files_are_collected_only_under_the_instances_lock(rendered: RenderedNode, paths: StatePaths) -> None:
+    plan = _prepared(rendered, paths, OLD, device="gpu-0")
+    planted = _plant_temp_files(paths, claim_dir=plan.record["metadataDir"])["ours"]
+    lock_path = paths.plugin_data_dir / "serialize.lock"
+    driver = SerializedDriver(state=_state(rendered, paths), lock_path=lock_path)
+    collected: list[Path] = []
+    with lock_path.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # the other instance of a rolling update, mid-write
+        loader = threading.Thread(target=lambda: collected.extend(driver.load()))
+        loader.start()
+        loader.join(timeout=0.5)
+        assert loader.is_alive()
+        assert all(p.exists() for p in planted)
+    loader.join(timeout=10)
+    assert sorted(collected) == sorted(planted)
+
+
+def test_the_checkpoint_names_the_claims_metadata_directory_with_its_uid(
+    rendered: RenderedNode, paths: StatePaths
+) -> None:
+    _prepared(rendered, paths, OLD, device="gpu-0")
+    (record,) = json.loads(paths.checkpoint.read_text())["claims"].values()
+    assert record["metadataDir"] == f"ns_c_{OLD.uid}"
+
+
+def test_the_torture_checker_reads_a_real_node_and_catches_a_missing_metadata_file_and_a_temp_file(
+    rendered: RenderedNode, paths: StatePaths
+) -> None:
+    plan = _prepared(rendered, paths, OLD, device="gpu-0")
+    files = NodeFiles(
+        driver=DRIVER, cdi_dir=paths.cdi_dir, metadata_root=paths.metadata_root, checkpoint=paths.checkpoint
+    )
+    held = ClaimBelief(
+        uid=OLD.uid, namespace="ns", name="c", devices=("gpu-0",), belief=Belief.HELD, answer=plan.prepared
+    )
+    scope = CheckScope(driver=DRIVER)
+
+    def found() -> list[str]:
+        snapshot = read_snapshot(files, kube=None, namespace="ns", nic_netns=None)
+        return [v.render() for v in compute_violations(snapshot, [held], scope=scope)]
+
+    assert found() == []
+    (metadata_file,) = (f.path for f in plan.metadata_files)
+    metadata_file.unlink()
+    temp = paths.cdi_dir / f".k8s.{DRIVER}-device_{OLD.uid}.json.a1b2c3d4.tmp"
+    temp.write_bytes(b"{")
+    assert found() == [
+        f"temp files: left behind: {temp}",
+        f"files: ns/c ({OLD.uid}) is held but {DRIVER}_metadata_{OLD.uid}_gpu.json mounts {metadata_file}, "
+        "which is missing",
+    ]
