@@ -7,6 +7,7 @@ ones here need the plugin's cooperation: slow or failing prepare/unprepare. Thei
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -19,16 +20,19 @@ class CallFault:
     fail_times: int = 0
     """How many calls still fail; -1 fails every call until cleared."""
     error: str = "injected fault"
+    _count: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
+    """Calls answered from the checkpoint apply faults outside the driver's lock: the count must not skip."""
 
     def apply(self) -> str | None:
         """Sleep if asked (this is the injected slowness), then return an error if this call must fail."""
         if self.delay_seconds:
             time.sleep(self.delay_seconds)
-        if self.fail_times == 0:
-            return None
-        if self.fail_times > 0:
-            self.fail_times -= 1
-        return self.error
+        with self._count:
+            if self.fail_times == 0:
+                return None
+            if self.fail_times > 0:
+                self.fail_times -= 1
+            return self.error
 
 
 @dataclass(kw_only=True)

@@ -1,7 +1,8 @@
 """The asynchronous face of the driver: serializes prepare/unprepare and runs the blocking work off the event loop.
 
 Calls are serialized within the process (an asyncio lock) and across processes (``flock`` on ``serialize.lock``) so
-two instances during a rolling update never prepare at the same time. Loading the state at start-up takes the same
+two instances during a rolling update never prepare at the same time — except a prepare of claims already held with
+their files in place, which only reads and is answered at once. Loading the state at start-up takes the same
 lock: it collects the temp files of writes a crash cut short, and must not take those of a live instance's write.
 """
 
@@ -59,7 +60,21 @@ class SerializedDriver:
                 return {c.uid: error for c in claims}
             return {c.uid: self.state.unprepare(c) for c in claims}
 
+    def _answer_held(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult] | None:
+        """Every claim of the call answered from the checkpoint, or None when one of them needs a real prepare."""
+        answers = {c.uid: self.state.held(c) for c in claims}
+        if not answers or any(a is None for a in answers.values()):
+            return None
+        if (error := self.faults.prepare.apply()) is not None:
+            return {c.uid: PrepareResult(error=error) for c in claims}
+        return {uid: a for uid, a in answers.items() if a is not None}
+
     async def prepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]:
+        # Claims already held are answered without waiting for the lock: a prepare that needs the API — which hangs
+        # for as long as etcd is down — must not hold up the answers a restarted kubelet asks for, which need
+        # neither the API nor a write.
+        if (held := await asyncio.to_thread(self._answer_held, claims)) is not None:
+            return held
         async with self._lock:
             return await asyncio.to_thread(self._prepare_all, claims)
 

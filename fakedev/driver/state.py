@@ -126,6 +126,21 @@ class ClaimState:
 
     # -- prepare -------------------------------------------------------------------------------------------------
 
+    def held(self, ref: ClaimRef) -> PrepareResult | None:
+        """The answer for a claim this plugin holds under this name with every file in place — from the checkpoint,
+        with no API call and no write — or None when it takes a real prepare (unknown, another name, files gone, a
+        name that is no Kubernetes name). Safe without the driver's lock: it only reads."""
+        try:
+            check_claim_ref(uid=ref.uid, namespace=ref.namespace, name=ref.name)
+        except ClaimError:
+            return None
+        known = self.claims.get(ref.uid)
+        if known is None or (known["namespace"], known["name"]) != (ref.namespace, ref.name):
+            return None
+        if not self._files_present(known):
+            return None
+        return PrepareResult(devices=tuple(prepared_device(d) for d in known["devices"]))
+
     def prepare(self, ref: ClaimRef) -> PrepareResult:
         try:
             return PrepareResult(devices=self._prepare(ref))

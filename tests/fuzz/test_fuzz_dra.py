@@ -166,8 +166,13 @@ def _check_answer(method: Method, claims: Sequence[Any], code: grpc.StatusCode, 
             assert entry.error.startswith("claim "), entry.error[:200]
         elif not preparing:
             assert entry.error == ""  # an unknown claim unprepares as success
-        elif claim.uid == HELD_UID:
+        elif claim.uid == HELD_UID and (claim.namespace, claim.name) == (HELD["namespace"], HELD["name"]):
             assert entry.error == "" and [_device(d) for d in entry.devices] == [_held_device(method)]
+        elif claim.uid == HELD_UID:  # the held UID under another name is not handed the held devices
+            assert entry.error == (
+                f"claim {HELD_UID} is prepared on this node as {HELD['namespace']}/{HELD['name']}; "
+                f"refusing to prepare it as {claim.namespace}/{claim.name}"
+            ), entry.error[:300]
         else:
             assert entry.error == f"no API server configured; cannot read claim {claim.namespace}/{claim.name}"
 

@@ -692,3 +692,41 @@ def test_temp_files_of_a_write_cut_short_by_a_kill_are_collected_when_the_plugin
     plugin.start()
     assert list(plugin.root.rglob(".*.tmp")) == []
     assert asyncio.run(_prepare(plugin, [ref]))[ref.uid].error == ""
+
+
+def test_a_held_claim_is_answered_while_another_call_holds_the_lock(
+    example_plugin: PluginProcess, example_class: str, kube: KubeClient, test_namespace: str
+) -> None:
+    """A prepare that needs the API can hang for a minute (etcd down); claims the plugin already holds — asked again
+    by a restarted kubelet — are answered from the checkpoint meanwhile. One that is not held still waits its turn."""
+    import fcntl
+
+    held, other = (
+        claim_ref(
+            allocated_claim(
+                kube,
+                namespace=test_namespace,
+                node=example_plugin.node,
+                claim=claim_body(name=name, device_class=example_class),
+                pod=f"p-{name}",
+            )
+        )
+        for name in ("held", "other")
+    )
+    first = asyncio.run(_prepare(example_plugin, [held]))
+    assert first[held.uid].error == ""
+
+    async def prepare(ref: ClaimRef) -> Any:
+        conn = DraConnection(endpoint=example_plugin.dra_socket)
+        try:
+            return await conn.prepare([ref], version=DRA_V1_VERSION, timeout=2.0)
+        finally:
+            await conn.close()
+
+    with (example_plugin.plugin_dir / "serialize.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a call in progress (here: another instance's) holds the driver's lock
+        assert asyncio.run(prepare(held)) == first
+        with pytest.raises(DraCallError) as exc:
+            asyncio.run(prepare(other))
+        assert exc.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert asyncio.run(_prepare(example_plugin, [other]))[other.uid].error == ""
