@@ -122,6 +122,10 @@ class PodWorker:
     transitions: dict[str, tuple[bool, str]] = field(default_factory=dict)
     adopted: bool = False
     sandbox_removed: bool = False
+    status_backoff: float = BACKOFF_START
+    next_status_attempt: float = 0.0
+    status_failures: int = 0
+    """Failed status writes since the last one that worked: the streak is logged once, when it starts and ends."""
 
     @property
     def name(self) -> str:
@@ -437,7 +441,9 @@ class PodWorker:
         if self.gone:
             return
         status = self.render_status()
-        if status == self.last_status:
+        # Like the kubelet's status manager, a write that failed is retried on a back-off, not on every pass of
+        # the loop: during a five-minute API outage that was a warning every 200 ms for every pod.
+        if status == self.last_status or time.monotonic() < self.next_status_attempt:
             return
         meta = self.pod["metadata"]
         try:
@@ -454,8 +460,22 @@ class PodWorker:
         except ApiError as exc:
             if exc.status == 404:
                 self.gone = True
-            else:
-                log.warning("pod status update failed", extra={"fields": {"pod": self.name, "error": str(exc)}})
+                return
+            if self.status_failures == 0:
+                log.warning(
+                    "pod status update failed, retrying with back-off",
+                    extra={"fields": {"pod": self.name, "error": str(exc)}},
+                )
+            self.status_failures += 1
+            self.next_status_attempt = time.monotonic() + self.status_backoff
+            self.status_backoff = min(self.status_backoff * 2, BACKOFF_MAX)
+            return
+        if self.status_failures:
+            fields = {"pod": self.name, "failed": self.status_failures}
+            log.info("pod status update succeeded again", extra={"fields": fields})
+        self.status_failures = 0
+        self.status_backoff = BACKOFF_START
+        self.next_status_attempt = 0.0
 
     def _condition(self, kind: str, *, value: bool) -> dict[str, Any]:
         """A pod condition whose lastTransitionTime moves only when its status does."""
