@@ -210,7 +210,7 @@ def test_until_clears_an_applied_fault_and_keeps_its_applied_time() -> None:
 
 
 def test_a_restarted_plugin_adopts_the_status_an_earlier_one_wrote() -> None:
-    seen = {"phase": "Applied", "observedGeneration": 2, "appliedTime": "2029-06-01T00:00:00Z"}
+    seen: dict[str, Any] = {"phase": "Applied", "observedGeneration": 2, "appliedTime": "2029-06-01T00:00:00Z"}
     fault = parse_device_fault(_obj(kind="Unhealthy", device="gpu-0", generation=2, status=seen))
     outcome = plan_outcome(fault, previous=None, node_name=NODE, driver=DRIVER, devices=DEVICES, now=NOW)
     assert outcome is not None and render_status(outcome) == seen
