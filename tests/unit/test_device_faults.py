@@ -201,7 +201,8 @@ def test_until_clears_an_applied_fault_and_keeps_its_applied_time() -> None:
     assert applied is not None and applied.phase is Phase.APPLIED
     later = NOW + datetime.timedelta(seconds=11)
     cleared = plan_outcome(fault, previous=applied, node_name=NODE, driver=DRIVER, devices=DEVICES, now=later)
-    assert render_status(cleared) == {  # type: ignore[arg-type]
+    assert cleared is not None
+    assert render_status(cleared) == {
         "phase": "Cleared",
         "observedGeneration": 1,
         "appliedTime": "2030-01-01T12:00:00Z",
@@ -213,7 +214,7 @@ def test_a_restarted_plugin_adopts_the_status_an_earlier_one_wrote() -> None:
     seen: dict[str, Any] = {"phase": "Applied", "observedGeneration": 2, "appliedTime": "2029-06-01T00:00:00Z"}
     fault = parse_device_fault(_obj(kind="Unhealthy", device="gpu-0", generation=2, status=seen))
     outcome = plan_outcome(fault, previous=None, node_name=NODE, driver=DRIVER, devices=DEVICES, now=NOW)
-    assert outcome is not None and render_status(outcome) == seen
+    assert outcome is not None and dict(render_status(outcome)) == seen
     # A new generation is applied anew.
     edited = parse_device_fault(_obj(kind="Unhealthy", device="gpu-0", generation=3, status=seen))
     again = plan_outcome(edited, previous=outcome, node_name=NODE, driver=DRIVER, devices=DEVICES, now=NOW)
