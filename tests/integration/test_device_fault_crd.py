@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from fakedev.errors import DeviceFaultError
 from fakedev.plugin.device_faults import parse_spec
@@ -135,3 +137,10 @@ def test_faults_are_selected_by_node_and_driver(kube: KubeClient, device_faults:
 
 def _spec(node: str, driver: str) -> dict[str, Any]:
     return {"nodeName": node, "driver": driver, "kind": "NicDown", "device": "nic-0"}
+
+
+def test_the_shipped_example_is_accepted(kube: KubeClient, device_faults: list[str]) -> None:
+    example = yaml.safe_load((Path(__file__).parents[2] / "deploy/examples/devicefault-unhealthy.yaml").read_text())
+    device_faults.append(example["metadata"]["name"])
+    created = kube.create(DEVICE_FAULTS, example)
+    assert parse_spec(created["spec"]).device == "gpu-0"
