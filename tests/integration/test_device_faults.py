@@ -322,3 +322,29 @@ def test_fakedev_fault_kubeconfig_refuses_what_no_device_fault_can_say(
     out = _fakedev_fault(local_cluster, *args)
     assert out.returncode != 0 and message in out.stderr, out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_nic_down_makes_the_nic_unhealthy_and_noexecute_tainted(
+    device_faults: list[str],
+    plugin_factory: Callable[..., PluginProcess],
+    emulated_node: str,
+    kube: KubeClient,
+    unique_name: str,
+) -> None:
+    plugin = plugin_factory(node=emulated_node, profile="nic-only", driver="dra.net", schema="dranet")
+    nic = "pci-0000-08-00-0"
+    _create(kube, device_faults, unique_name, node=emulated_node, driver="dra.net", kind="NicDown", device=nic)
+    _status_of(kube, unique_name, "Applied")
+    health, message = _health(plugin, nic)
+    assert health == "Unhealthy" and message.startswith("link down")
+
+    def taint() -> dict[str, Any] | None:
+        for s in kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={emulated_node}"):
+            for d in s["spec"]["devices"]:
+                if d["name"] == nic and d.get("taints"):
+                    found: dict[str, Any] = d["taints"][0]
+                    return found
+        return None
+
+    wait_for(lambda: taint() is not None, timeout=20, what=f"{nic} tainted in its slice")
+    assert (taint() or {})["effect"] == "NoExecute"
