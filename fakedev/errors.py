@@ -11,6 +11,7 @@ FakedevError
 ├── CrashPointError       FAKEDEV_CRASH_AT names no crash point (the torture tool's hidden switch)
 ├── TortureError          the torture run cannot go on (a call the driver must answer failed, a wait ran out)
 │   └── ViolationFoundError   the run found a broken invariant and stops there (reported, not raised to the user)
+├── DeviceFaultError      a DeviceFault object breaks a rule (names the object, the field and the rule)
 └── ControlError          a control-socket exchange went wrong (also: an answer that is not a reply)
     ├── ControlRequestError      a request breaks the protocol (the plugin answers it with ok: false)
     ├── ControlRefusedError      the plugin understood the request and refused it (e.g. an unknown device)
@@ -66,6 +67,10 @@ class TortureError(FakedevError):
 
 class ViolationFoundError(TortureError):
     """Unwinds a torture run at its first violation; the run reports it with the seed."""
+
+
+class DeviceFaultError(FakedevError):
+    """A DeviceFault object (or the options that would make one) breaks a rule; one line naming the field."""
 
 
 class ControlError(FakedevError):

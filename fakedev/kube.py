@@ -1,4 +1,4 @@
-"""The fake driver's only way to the API server: claims, claim status, ResourceSlices, the Node.
+"""The fake driver's only way to the API server: claims, claim status, ResourceSlices, the Node, DeviceFaults.
 
 kubeclient errors are translated here: conflicts and unavailability become :class:`RetryableKubeError`, the rest
 :class:`KubeApiError`, both carrying the HTTP status.
@@ -7,13 +7,13 @@ kubeclient errors are translated here: conflicts and unavailability become :clas
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from fakedev.errors import KubeApiError, RetryableKubeError
 from kubeclient import ApiError, JsonObj, KubeClient
-from kubeclient.resources import NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
+from kubeclient.resources import DEVICE_FAULTS, NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
 
 NOT_FOUND: Final = 404
 CONFLICT: Final = 409
@@ -128,3 +128,52 @@ class DriverApi:
     def delete_slice(self, name: str) -> None:
         with _translated(f"delete resourceslice {name}"):
             self.client.delete(RESOURCE_SLICES, name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceFaultApi:
+    """DeviceFault objects: the plugin's list, watch and status writes, and the create/delete of ``fakedev fault``.
+
+    Faults are selected by ``spec.nodeName`` and ``spec.driver``, the CRD's selectable fields, so a plugin hears of
+    its own faults only (and of a fault whose fields change away from it, as a deletion)."""
+
+    client: KubeClient
+
+    @staticmethod
+    def selector(*, node_name: str | None, driver: str | None) -> str | None:
+        parts = [f"spec.nodeName={node_name}"] if node_name else []
+        parts += [f"spec.driver={driver}"] if driver else []
+        return ",".join(parts) or None
+
+    def list(self, *, node_name: str | None = None, driver: str | None = None) -> tuple[list[JsonObj], str]:
+        """The matching objects and the list's resourceVersion (to watch from)."""
+        with _translated("list devicefaults"):
+            return self.client.list_versioned(
+                DEVICE_FAULTS, field_selector=self.selector(node_name=node_name, driver=driver)
+            )
+
+    def watch(self, *, node_name: str, driver: str, resource_version: str, timeout_seconds: int) -> Iterator[JsonObj]:
+        """Watch events after ``resource_version`` until the server ends the stream (an ERROR event: list again)."""
+        with _translated("watch devicefaults"):
+            yield from self.client.watch(
+                DEVICE_FAULTS,
+                resource_version=resource_version,
+                field_selector=self.selector(node_name=node_name, driver=driver),
+                timeout_seconds=timeout_seconds,
+            )
+
+    def write_status(self, *, name: str, uid: str, status: Mapping[str, object]) -> None:
+        """Replace the status of the object ``name`` if it still is ``uid`` (a merge patch on the status
+        subresource: the fields absent from ``status`` are removed)."""
+        fields = ("phase", "observedGeneration", "appliedTime", "clearedTime", "error")
+        body = {"metadata": {"uid": uid}, "status": {key: status.get(key) for key in fields}}
+        with _translated(f"update status of devicefault {name}"):
+            self.client.patch(DEVICE_FAULTS, name, body, subresource="status")
+
+    def create(self, body: JsonObj) -> JsonObj:
+        with _translated("create devicefault"):
+            return self.client.create(DEVICE_FAULTS, body)
+
+    def delete(self, name: str) -> None:
+        with _translated(f"delete devicefault {name}"):
+            self.client.delete(DEVICE_FAULTS, name)

@@ -187,6 +187,15 @@ class KubeClient:
                 return None
             raise
 
+    def list_versioned(
+        self, res: Resource, *, namespace: str | None = None, field_selector: str | None = None
+    ) -> tuple[list[JsonObj], str]:
+        """The items and the list's resourceVersion, from which a watch sees every later change."""
+        query = {"fieldSelector": field_selector} if field_selector else None
+        answer = self.request("GET", res.path(namespace=namespace), query=query)
+        items: list[JsonObj] = answer.get("items") or []
+        return items, str((answer.get("metadata") or {}).get("resourceVersion", ""))
+
     def list(
         self,
         res: Resource,

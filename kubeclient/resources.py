@@ -66,6 +66,18 @@ POD_GROUPS: Final = Resource(
     group="scheduling.k8s.io", version="v1beta1", plural="podgroups", kind="PodGroup", namespaced=True
 )
 
+DEVICE_FAULTS: Final = Resource(
+    group="fakedev.io", version="v1alpha1", plural="devicefaults", kind="DeviceFault", namespaced=False
+)
+"""fakedev's own custom resource (deploy/helm/fakedev/crds/devicefaults.fakedev.io.yaml)."""
+CUSTOM_RESOURCE_DEFINITIONS: Final = Resource(
+    group="apiextensions.k8s.io",
+    version="v1",
+    plural="customresourcedefinitions",
+    kind="CustomResourceDefinition",
+    namespaced=False,
+)
+
 KNOWN: Final = (
     NAMESPACES,
     NODES,
@@ -79,6 +91,8 @@ KNOWN: Final = (
     DEVICE_TAINT_RULES,
     RESOURCE_POOL_STATUS_REQUESTS,
     POD_GROUPS,
+    DEVICE_FAULTS,
+    CUSTOM_RESOURCE_DEFINITIONS,
 )
 
 

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import datetime
+import re
+from typing import Final
+
+_RFC3339: Final = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})", re.ASCII)
 
 
 def utc_now() -> datetime.datetime:
@@ -17,3 +21,19 @@ def render_time(t: datetime.datetime | None = None) -> str:
 def render_micro_time(t: datetime.datetime | None = None) -> str:
     """``2026-12-04T05:23:05.123456Z``: a ``metav1.MicroTime`` (Lease renewals, new-style events)."""
     return (t or utc_now()).astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(text: str) -> datetime.datetime:
+    """An RFC 3339 time as the API's ``date-time`` format has it (``Z`` or an offset, up to nanoseconds), in UTC;
+    ``ValueError`` for anything else (Python's own ISO parser accepts more than RFC 3339)."""
+    if not _RFC3339.fullmatch(text):
+        raise ValueError(f"not an RFC 3339 time (such as 2026-01-02T15:04:05Z): {text[:40]!r}")
+    head, _, rest = text.partition(".")
+    if rest:  # Python keeps microseconds: drop the digits beyond them, keep the zone
+        digits = re.match(r"[0-9]+", rest)
+        assert digits is not None
+        text = f"{head}.{digits.group()[:6].ljust(6, '0')}{rest[digits.end() :]}"
+    try:
+        return datetime.datetime.fromisoformat(text.replace("z", "Z").replace("t", "T")).astimezone(datetime.UTC)
+    except OverflowError:  # an offset that moves year 1 or 9999 out of range
+        raise ValueError(f"a time out of range: {text[:40]!r}") from None

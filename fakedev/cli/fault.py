@@ -1,6 +1,8 @@
-"""``fakedev fault``: inject faults into a running fake plugin through its control socket.
+"""``fakedev fault``: inject faults into fake plugins, through the API (DeviceFault objects) or a control socket.
 
-Every verb but ``nic`` is one request of :mod:`fakedev.plugin.protocol`, sent with its :class:`ControlClient`; the
+With ``--kubeconfig`` every verb creates, lists or deletes DeviceFault objects (:mod:`fakedev.cli.device_fault`);
+the plugins of a cluster apply them. Without it, every verb but ``nic`` is one request of
+:mod:`fakedev.plugin.protocol`, sent with its :class:`ControlClient` to a plugin run by hand on this machine; the
 reply is printed as JSON (``{"ok": false, "error": ...}`` and exit status 1 when the plugin refuses).
 """
 
@@ -12,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fakedev.cli.device_fault import DEFAULT_DRIVER, run_api_mode
 from fakedev.errors import ControlError, ControlRefusedError
 from fakedev.faults import CallFault
 from fakedev.plugin.app import DEFAULT_KUBELET_ROOT
@@ -29,7 +32,22 @@ from kubeclient.values import TaintEffect
 from kubeletapi.types import HealthState
 
 DESCRIPTION = """\
-Talk to a running `fakedev plugin` through <kubelet-root>/plugins/<driver>/control.sock:
+Two modes.
+
+Through the API (--kubeconfig K --node N [--driver D]): each verb creates a DeviceFault object
+(fakedev.io/v1alpha1, the CRD from deploy/helm/fakedev/crds/) and prints its name; the plugin of that node and
+driver applies it, reports in its status (kubectl get devicefaults), and clears it when the object is deleted or
+--until / --for runs out. Works wherever the plugins run: a DaemonSet on real kubelets, emulated nodes.
+  health DEVICE --state Unhealthy [--message M] [--taint EFFECT]
+  taint DEVICE --effect NoSchedule|NoExecute [--key K] [--value V]
+  prepare --fail N [--error TEXT]  |  prepare --delay S      (one DeviceFault each: FailPrepare / SlowPrepare)
+  nic unplug|down DEVICE                                     (NicUnplug / NicDown: unhealthy + NoExecute taint)
+  list                                                       the DeviceFaults (of --node, if given)
+  clear [NAME...]                                            delete these, or every DeviceFault of --node
+  (Healthy, replug and up are: delete the DeviceFault; unprepare faults and status need the control socket.)
+
+Through a control socket (no --kubeconfig): a `fakedev plugin` run by hand, at
+<kubelet-root>/plugins/<driver>/control.sock:
   status                          devices with health and taints, registration, prepared claims, faults
   health DEVICE --state S         report a device Healthy, Unhealthy or Unknown on the health stream
                                   (--taint EFFECT also taints it in the ResourceSlice; Healthy removes the taint)
@@ -64,8 +82,20 @@ def add_parser(sub: Any) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    api = p.add_argument_group("through the API (DeviceFault objects)")
+    api.add_argument("--kubeconfig", type=Path, default=None, help="create DeviceFault objects in this cluster")
+    api.add_argument("--node", dest="api_node", default=None, help="the node whose plugin applies the fault")
+    until = api.add_mutually_exclusive_group()
+    until.add_argument("--until", default=None, help="clear the fault at this RFC 3339 time (2026-01-02T15:04:05Z)")
+    until.add_argument("--for", dest="lasting", default=None, help="clear the fault after this long (30s, 5m, 1h)")
+    api.add_argument("--name", default=None, help="the DeviceFault's name (default: generated from node and kind)")
     p.add_argument("--kubelet-root", type=Path, default=DEFAULT_KUBELET_ROOT)
-    p.add_argument("--driver", default="gpu.nvidia.com", help="driver name of the plugin (default: gpu.nvidia.com)")
+    p.add_argument(
+        "--driver",
+        default=None,
+        help=f"driver name of the plugin (default: {DEFAULT_DRIVER}; with --kubeconfig, list and clear filter by it "
+        "only when given)",
+    )
     p.add_argument("--rolling-update-uid", default=None, help="address one instance of a rolling update")
     p.add_argument("--socket", type=Path, default=None, help="the control socket (overrides the three above)")
     verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
@@ -90,12 +120,19 @@ def add_parser(sub: Any) -> None:
             default="injected fault",
             help=f"the per-claim error text (at most {MAX_TEXT} characters)",
         )
-    verbs.add_parser("clear", help="remove every call fault")
+    t = verbs.add_parser("taint", help="taint a device in its ResourceSlice (API mode)")
+    t.add_argument("device")
+    t.add_argument("--effect", required=True, choices=[TaintEffect.NO_SCHEDULE.value, TaintEffect.NO_EXECUTE.value])
+    t.add_argument("--key", default=None, help="the taint's key (default: fakedev.io/fault)")
+    t.add_argument("--value", default=None, help="the taint's value (default: empty)")
+    verbs.add_parser("list", help="list the DeviceFaults (API mode)")
+    c = verbs.add_parser("clear", help="remove every call fault; API mode: delete DeviceFaults")
+    c.add_argument("names", nargs="*", metavar="NAME", help="API mode: the DeviceFaults to delete")
     n = verbs.add_parser("nic", help="NIC hardware faults on an emulated node (needs no running plugin)")
     n.add_argument("action", choices=["unplug", "replug", "down", "up"])
-    n.add_argument("ifname", help="the NIC's interface name on the node (dra.net/ifName)")
-    n.add_argument("--node", required=True, help="the emulated node")
-    n.add_argument("--profile", required=True, help="the node's profile (for the NIC's MAC and MTU)")
+    n.add_argument("ifname", help="the NIC's interface name on the node (dra.net/ifName); API mode: the device name")
+    n.add_argument("--node", default=None, help="the emulated node")
+    n.add_argument("--profile", default=None, help="the node's profile (for the NIC's MAC and MTU)")
     n.add_argument(
         "--fabric-node",
         default=None,
@@ -106,6 +143,8 @@ def add_parser(sub: Any) -> None:
 
 
 def _nic(args: argparse.Namespace) -> int:
+    if not args.node or not args.profile:
+        raise SystemExit("fakedev fault nic: --node and --profile are required (or use --kubeconfig for a DeviceFault)")
     from fakedev.model.inventory import resolve_inventory
     from fakedev.nics import hardware
     from fakedev.nics.node import nic_namespaces
@@ -131,12 +170,18 @@ def _nic(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.kubeconfig is not None:
+        return run_api_mode(args)
+    if args.verb in ("taint", "list") or (args.verb == "clear" and args.names):
+        raise SystemExit(f"fakedev fault {args.verb}: DeviceFault objects need --kubeconfig (and --node)")
     if args.verb == "nic":
         return _nic(args)
     path = (
         args.socket
         or PluginPaths(
-            kubelet_root=args.kubelet_root, driver=args.driver, rolling_update_uid=args.rolling_update_uid
+            kubelet_root=args.kubelet_root,
+            driver=args.driver or DEFAULT_DRIVER,
+            rolling_update_uid=args.rolling_update_uid,
         ).control_socket
     )
     client = ControlClient(path=path)

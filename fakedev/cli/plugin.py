@@ -23,6 +23,9 @@ Serve the fake DRA driver's kubelet plugin for one node: DRA v1 and v1beta1 and 
 Devices come from a node profile (`fakedev profile list`); their ResourceSlices are published for --node-name.
 Prepare writes CDI specs into --cdi-dir and device-metadata files below the plugin's data dir, and sets the
 claim's status.devices. Stop with SIGTERM or Ctrl-C; prepared claims survive restarts (checkpoint).
+With an API server, the plugin also applies the DeviceFault objects (fakedev.io/v1alpha1) of its node and driver:
+device health and taints, failing or slow prepares, NIC faults; it clears each when the object goes or its `until`
+passes and reports in the object's status (see `fakedev fault --help`). --no-device-faults switches that off.
 """
 
 
@@ -98,6 +101,11 @@ def add_parser(sub: Any) -> None:
         metavar="FILE",
         help="append one JSON line per gRPC call served (method, claims, status, ms) to FILE: what the kubelet asked",
     )
+    p.add_argument(
+        "--no-device-faults",
+        action="store_true",
+        help="do not list, watch or apply DeviceFault objects (e.g. without RBAC on devicefaults.fakedev.io)",
+    )
     p.add_argument("--log-format", choices=logs.FORMATS, default="text")
     p.add_argument("--log-level", default="INFO")
     p.set_defaults(handler=_run)
@@ -139,6 +147,7 @@ def _run(args: argparse.Namespace) -> int:
         fabric_netns=args.fabric_netns,
         record_calls=args.record_calls,
         crash_at=crash_at,
+        watch_device_faults=not args.no_device_faults,
     )
 
     async def main() -> None:

@@ -26,7 +26,7 @@ from fakedev.driver.fsutil import PRIVATE_DIR_MODE, make_dirs
 from fakedev.driver.state import ClaimState, StatePaths
 from fakedev.errors import KubeApiError, ProfileError
 from fakedev.faults import Faults
-from fakedev.kube import DriverApi
+from fakedev.kube import DeviceFaultApi, DriverApi
 from fakedev.model.inventory import NodeInventory, resolve_inventory
 from fakedev.nics.discover import Discovery, UdevNetMonitor, discover
 from fakedev.nics.plan import HostNic
@@ -34,6 +34,7 @@ from fakedev.nics.ports import compute_ports, ifname_of
 from fakedev.nics.watch import LinkWatcher
 from fakedev.plugin.control import ControlServer, ControlTarget, render_taint
 from fakedev.plugin.devices import DeviceBoard
+from fakedev.plugin.fault_watch import FaultWatcher
 from fakedev.plugin.paths import PluginPaths
 from fakedev.plugin.protocol import StatusBody, render_call_fault
 from fakedev.plugin.server import PluginServer
@@ -76,6 +77,8 @@ class PluginSettings:
     """Append a JSON line per gRPC call served here (:mod:`fakedev.plugin.calls`); None: record nothing."""
     crash_at: CrashAt | None = None
     """Kill the plugin at this crash point (``FAKEDEV_CRASH_AT``, for ``fakedev torture``); None: never."""
+    watch_device_faults: bool = True
+    """Apply the DeviceFault objects of this node and driver (needs the API server and the CRD)."""
 
 
 def choose_schema(inventory: NodeInventory, *, requested: Schema | None, profile: str) -> Schema:
@@ -149,6 +152,8 @@ class PluginApp:
     """None: no node namespace with NICs to discover (only the dranet schema has one)."""
     link_watcher: LinkWatcher | None
     """None: no fabric namespace whose link state drives the NICs' health."""
+    fault_watch: FaultWatcher | None
+    """None: no API server, or DeviceFaults switched off (``--no-device-faults``)."""
     build_started: float
     """``time.monotonic()`` when :meth:`build` began: start-up time is measured from there."""
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -220,6 +225,12 @@ class PluginApp:
             else None
         )
 
+        fault_watch = (
+            FaultWatcher.build(api=DeviceFaultApi(client=api.client), board=devices, faults=faults)
+            if api is not None and s.watch_device_faults
+            else None
+        )
+
         def status() -> StatusBody:
             return render_status(
                 devices=devices, server=server, state=state, faults=faults, publisher=publisher, udev=udev
@@ -242,6 +253,7 @@ class PluginApp:
             binding=binding,
             udev=udev,
             link_watcher=link_watcher,
+            fault_watch=fault_watch,
             build_started=started,
         )
 
@@ -290,6 +302,8 @@ class PluginApp:
             self.link_watcher.start()
         if self.binding is not None:
             self._tasks.append(asyncio.create_task(self.binding.run(), name="binding"))
+        if self.fault_watch is not None:
+            self._tasks.append(asyncio.create_task(self.fault_watch.run(), name="device-faults"))
         if self.publisher is not None:
             self.devices.republish.set()
             self._tasks.append(asyncio.create_task(self._publish_loop(self.publisher), name="publish"))
@@ -337,6 +351,8 @@ class PluginApp:
         if self.udev is not None:
             self.udev.stop()
         await self.control.stop()
+        if self.fault_watch is not None:
+            self.fault_watch.stop()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

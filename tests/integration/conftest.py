@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fakedev.cli.rig import plugin_command
 from fakedev.render import Schema
@@ -21,7 +22,7 @@ from harness.cluster.nodes import NodeHeartbeats, delete_node, register_node
 from harness.node.drivers import DriverContext, render_driver_argv
 from harness.procs import wait_for
 from kubeclient import KubeClient
-from kubeclient.resources import DEVICE_CLASSES, RESOURCE_SLICES
+from kubeclient.resources import CUSTOM_RESOURCE_DEFINITIONS, DEVICE_CLASSES, DEVICE_FAULTS, RESOURCE_SLICES
 from tests.helpers import EXAMPLE_DRIVER, device_class_body, driver_is
 
 FAKEDEV = Path(sys.executable).parent / "fakedev"
@@ -185,3 +186,34 @@ def device_class(kube: KubeClient, unique_name: str) -> Iterator[Callable[..., s
     yield make
     for name in created:
         kube.delete(DEVICE_CLASSES, name)
+
+
+DEVICE_FAULT_CRD = Path(__file__).parents[2] / "deploy/helm/fakedev/crds/devicefaults.fakedev.io.yaml"
+
+
+@pytest.fixture(scope="session")
+def device_fault_crd(local_cluster: LocalCluster) -> str:
+    """The shipped DeviceFault CRD, installed once per control plane and served (its name)."""
+    kube = KubeClient.from_kubeconfig(local_cluster.kubeconfig)
+    body = yaml.safe_load(DEVICE_FAULT_CRD.read_text())
+    name: str = body["metadata"]["name"]
+    if kube.get_or_none(CUSTOM_RESOURCE_DEFINITIONS, name) is None:
+        kube.create(CUSTOM_RESOURCE_DEFINITIONS, body)
+
+    def established() -> bool:
+        crd = kube.get(CUSTOM_RESOURCE_DEFINITIONS, name)
+        conditions = {c["type"]: c["status"] for c in crd.get("status", {}).get("conditions", [])}
+        kube.list(DEVICE_FAULTS)  # served, not only accepted
+        return conditions.get("Established") == "True"
+
+    wait_for(established, timeout=30, what=f"CRD {name} established")
+    return name
+
+
+@pytest.fixture
+def device_faults(kube: KubeClient, device_fault_crd: str) -> Iterator[list[str]]:
+    """Names of DeviceFaults a test created; they are deleted afterwards (cluster-scoped, so nobody else would)."""
+    names: list[str] = []
+    yield names
+    for name in names:
+        kube.delete(DEVICE_FAULTS, name)

@@ -112,6 +112,8 @@ async def run_fleet(args: argparse.Namespace) -> None:
                 kubelet_root=root / "k",
                 cdi_dir=root / "cdi",
                 credentials=credentials,
+                # A thousand watches would measure the watch cache, not the fleet (and share one client's pool).
+                watch_device_faults=False,
             ),
             client=plugin_client,
         )
