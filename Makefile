@@ -26,8 +26,8 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## Create .venv with fakedev and its tools (then .venv/bin/fakedev is the CLI)
 
-build: deps venv ## Build (or reuse the cache of) the Kubernetes 1.37 control plane, kubelet and containerd
-	$(FAKEDEV) cluster build --with-node
+build: deps venv ## Build (or reuse the cache of) the Kubernetes 1.37 control plane, kubelet, containerd and helm
+	$(FAKEDEV) cluster build --with-node --with-helm
 	$(PY) -m harness.conformance.exdriver
 
 run: build ## Local control plane + emulated dgx-h100 node + the default drills, with a report

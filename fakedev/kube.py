@@ -177,3 +177,11 @@ class DeviceFaultApi:
     def delete(self, name: str) -> None:
         with _translated(f"delete devicefault {name}"):
             self.client.delete(DEVICE_FAULTS, name)
+
+
+def get_node_labels(client: KubeClient, *, node_name: str) -> dict[str, str]:
+    """The Node's labels (a plugin choosing its profile from one); a missing Node is a :class:`KubeApiError` 404."""
+    with _translated(f"GET node {node_name}"):
+        node = client.get(NODES, node_name)
+    labels = node.get("metadata", {}).get("labels") or {}
+    return {str(k): str(v) for k, v in labels.items()}

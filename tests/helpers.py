@@ -1,13 +1,20 @@
 """Small builders shared by the tests: API objects (device classes, slices, claims, pods), claim references, CDI
-specs, a health report with a deadline, and waiting for an allocation."""
+specs, a health report with a deadline, waiting for an allocation, and the Helm chart rendered by helm."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import os
+import subprocess
+import tempfile
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
+
 from cdi import ContainerEdits, Device, Spec
+from harness.cluster.build import helm_binary
 from harness.kube.waits import wait_object
 from kubeclient import JsonObj, KubeClient
 from kubeclient.resources import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
@@ -163,3 +170,37 @@ def one_device_spec(
         container_edits=spec_edits or ContainerEdits(),
         annotations=annotations or {},
     )
+
+
+# -- the Helm chart --------------------------------------------------------------------------------------------------
+
+CHART_DIR = Path(__file__).resolve().parents[1] / "deploy" / "helm" / "fakedev"
+CHART_VALUES_DIR = Path(__file__).resolve().parent / "data" / "helm"
+
+
+def run_helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """The cached helm (``make build`` builds it; a missing one fails the test, as any missing binary does)."""
+    # A private, empty home: no repositories, plugins or caches of the machine's user leak into the test.
+    with tempfile.TemporaryDirectory(prefix="fakedev-helm-") as home:
+        result = subprocess.run(
+            [str(helm_binary()), *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={"PATH": os.environ.get("PATH", ""), "HOME": home},
+        )
+    if check and result.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed ({result.returncode}):\n{result.stderr}")
+    return result
+
+
+def helm_template(
+    *, release: str, namespace: str, values: Sequence[Path] = (), sets: Sequence[str] = ()
+) -> list[JsonObj]:
+    """The chart rendered by ``helm template`` as objects (empty documents dropped)."""
+    argv = ["template", release, str(CHART_DIR), "--namespace", namespace]
+    for v in values:
+        argv += ["--values", str(v)]
+    for s in sets:
+        argv += ["--set", s]
+    return [doc for doc in yaml.safe_load_all(run_helm(*argv).stdout) if doc]

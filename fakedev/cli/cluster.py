@@ -43,6 +43,11 @@ def add_parser(sub: Any) -> None:
         help=f"also build a real node: kubelet {cluster_build.KUBERNETES_VERSION}, containerd "
         f"{cluster_build.CONTAINERD_VERSION} (containerd, containerd-shim-runc-v2, ctr) and the pause program",
     )
+    b.add_argument(
+        "--with-helm",
+        action="store_true",
+        help=f"also build helm {cluster_build.HELM_VERSION} (installs fakedev's chart deploy/helm/fakedev)",
+    )
     b.set_defaults(handler=_build)
 
     state_help = "where running clusters are recorded (default: ~/.local/state/fakedev/clusters)"
@@ -73,7 +78,11 @@ def add_parser(sub: Any) -> None:
 
 def _build(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    groups = cluster_build.DEFAULT_GROUPS + (cluster_build.NODE_GROUPS if args.with_node else ())
+    groups = (
+        cluster_build.DEFAULT_GROUPS
+        + (cluster_build.NODE_GROUPS if args.with_node else ())
+        + (cluster_build.TOOL_GROUPS if args.with_helm else ())
+    )
     bins = cluster_build.build_binaries(cache_root=args.cache, progress=_stderr, force=args.force, groups=groups)
     for name, path in sorted(bins.paths.items()):
         print(f"{name}\t{path}")

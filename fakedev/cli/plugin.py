@@ -4,18 +4,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import signal
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from fakedev import logs
 from fakedev.driver.crash import crash_at_from_env
 from fakedev.errors import CrashPointError
+from fakedev.model.inventory import resolve_inventory
 from fakedev.plugin.app import DEFAULT_CDI_DIR, DEFAULT_KUBELET_ROOT, PluginSettings, run_plugin
+from fakedev.plugin.nodeprofile import profile_from_node
 from fakedev.plugin.tuning import tune_for_serving
-from fakedev.render import Schema
-from kubeclient import Credentials, credentials_from_kubeconfig, credentials_in_cluster
+from fakedev.profiles import load_profile
+from fakedev.render import Schema, default_schemas
+from kubeclient import Credentials, KubeClient, credentials_from_kubeconfig, credentials_in_cluster
+
+log = logging.getLogger("fakedev.plugin")
 
 DESCRIPTION = """\
 Serve the fake DRA driver's kubelet plugin for one node: DRA v1 and v1beta1 and health v1 and v1alpha1 on
@@ -29,6 +36,13 @@ passes and reports in the object's status (see `fakedev fault --help`). --no-dev
 """
 
 
+class AbsentSchema(StrEnum):
+    """What a plugin does on a node whose profile has no devices for its schema."""
+
+    FAIL = "fail"
+    IDLE = "idle"
+
+
 def add_parser(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "plugin",
@@ -36,7 +50,19 @@ def add_parser(sub: Any) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--profile", required=True, help="built-in profile name or path to a profile YAML")
+    p.add_argument(
+        "--profile",
+        default=None,
+        help="built-in profile name or path to a profile YAML; with --profile-from-node-label: the default for "
+        "nodes without the label",
+    )
+    p.add_argument(
+        "--profile-from-node-label",
+        default=None,
+        metavar="LABEL",
+        help="read this label of the plugin's Node (e.g. fakedev.io/profile) at start and serve the built-in "
+        "profile it names, else --profile (needs get on nodes; how one DaemonSet serves nodes of several profiles)",
+    )
     p.add_argument(
         "--node-name", default=os.environ.get("NODE_NAME"), help="the Node this plugin serves (default: $NODE_NAME)"
     )
@@ -45,6 +71,13 @@ def add_parser(sub: Any) -> None:
         choices=[s.value for s in Schema],
         default=None,
         help="which driver's schema to serve when the profile has several (nvidia, dranet, example)",
+    )
+    p.add_argument(
+        "--if-schema-absent",
+        choices=[a.value for a in AbsentSchema],
+        default=AbsentSchema.FAIL.value,
+        help="when the node's profile has no devices for --schema: fail (exit 1, the default) or idle (serve "
+        "nothing, register nothing, wait for SIGTERM: a DaemonSet container on a node of another kind)",
     )
     p.add_argument(
         "--driver-name",
@@ -122,26 +155,79 @@ def _credentials(args: argparse.Namespace) -> Credentials | None:
     return credentials_from_kubeconfig(path)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _check_arguments(args: argparse.Namespace) -> None:
+    """Refuse combinations argparse cannot express, each with the flag to change."""
     if not args.node_name:
         raise SystemExit("fakedev plugin: --node-name is required (or set NODE_NAME)")
+    if args.profile is None and args.profile_from_node_label is None:
+        raise SystemExit("fakedev plugin: give --profile, --profile-from-node-label, or both")
+    if args.profile_from_node_label is not None and args.no_api:
+        raise SystemExit("fakedev plugin: --profile-from-node-label reads the Node, which --no-api rules out")
+    if args.if_schema_absent == AbsentSchema.IDLE and args.schema is None:
+        raise SystemExit("fakedev plugin: --if-schema-absent idle needs --schema (which schema may be absent)")
+
+
+def _choose_profile(args: argparse.Namespace, credentials: Credentials | None) -> str:
+    if args.profile_from_node_label is None:
+        return str(args.profile)
+    assert credentials is not None  # _check_arguments refused --no-api
+    client = KubeClient(credentials, field_manager="fakedev/plugin")
+    try:
+        choice = profile_from_node(
+            client, node_name=args.node_name, label=args.profile_from_node_label, default=args.profile
+        )
+    finally:
+        client.close()
+    return choice.profile
+
+
+def _schema_absent(*, profile: str, node_name: str, schema: Schema | None) -> bool:
+    """True when ``schema`` was asked for and the profile, resolved for this node, has no devices for it."""
+    if schema is None:
+        return False
+    return schema not in default_schemas(resolve_inventory(load_profile(profile), node_name=node_name))
+
+
+async def _idle(*, profile: str, node_name: str, schema: Schema) -> None:
+    log.warning(
+        "nothing to serve: the profile has no devices for this schema; idle until stopped",
+        extra={"fields": {"node": node_name, "profile": profile, "schema": schema.value}},
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+def _run(args: argparse.Namespace) -> int:
+    _check_arguments(args)
     logs.configure(fmt=args.log_format, level=args.log_level)
     try:
         # Hidden on purpose (no flag, no --help line): only the torture tool arms crash points.
         crash_at = crash_at_from_env()
     except CrashPointError as exc:
         raise SystemExit(f"fakedev plugin: {exc}") from exc
+    credentials = _credentials(args)
+    profile = _choose_profile(args, credentials)
+    schema = Schema(args.schema) if args.schema else None
+    if args.if_schema_absent == AbsentSchema.IDLE and _schema_absent(
+        profile=profile, node_name=args.node_name, schema=schema
+    ):
+        assert schema is not None  # _check_arguments: idle needs --schema
+        asyncio.run(_idle(profile=profile, node_name=args.node_name, schema=schema))
+        return 0
     tune_for_serving()
     settings = PluginSettings(
-        profile=args.profile,
+        profile=profile,
         node_name=args.node_name,
-        schema=Schema(args.schema) if args.schema else None,
+        schema=schema,
         driver_name=args.driver_name,
         kubelet_root=args.kubelet_root,
         cdi_dir=args.cdi_dir,
         state_dir=args.state_dir,
         rolling_update_uid=args.rolling_update_uid,
-        credentials=_credentials(args),
+        credentials=credentials,
         health_timeout_seconds=args.health_timeout,
         nic_netns=args.netns,
         fabric_netns=args.fabric_netns,
