@@ -6,7 +6,10 @@ and server-side apply work without a generated model in the way.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import threading
+import time
 import urllib.parse
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -27,6 +30,9 @@ _PATCH_CONTENT: Final[dict[str, str]] = {
     "json": "application/json-patch+json",
 }
 FIELD_MANAGER: Final = "fakedev"
+TOKEN_REREAD_SECONDS: Final = 60.0
+"""How old a token read from ``token_file`` may get before it is read again (client-go waits a minute too)."""
+IN_CLUSTER_TOKEN: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,6 +44,8 @@ class Credentials:
     cert_file: Path | None = None
     key_file: Path | None = None
     token: str | None = None
+    token_file: Path | None = None
+    """A bound service-account token the kubelet rotates: read again every minute, never cached for good."""
     insecure: bool = False
 
 
@@ -71,7 +79,7 @@ def credentials_in_cluster() -> Credentials:
         kconfig.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
     except Exception as exc:
         raise ApiError(f"no in-cluster configuration: {exc}", status=0) from exc
-    return _credentials(cfg)
+    return dataclasses.replace(_credentials(cfg), token_file=IN_CLUSTER_TOKEN)
 
 
 def _credentials(cfg: Any) -> Credentials:
@@ -112,9 +120,33 @@ class KubeClient:
             key_file=str(credentials.key_file) if credentials.key_file else None,
             retries=False,
         )
-        self._headers = {"Accept": "application/json", "User-Agent": user_agent}
-        if credentials.token:
-            self._headers["Authorization"] = f"Bearer {credentials.token}"
+        self._base_headers = {"Accept": "application/json", "User-Agent": user_agent}
+        self._token = credentials.token
+        self._token_read = time.monotonic()
+        self._token_lock = threading.Lock()
+
+    @property
+    def _headers(self) -> dict[str, str]:
+        headers = dict(self._base_headers)
+        token = self._current_token()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        return headers
+
+    def _current_token(self) -> str | None:
+        path = self.credentials.token_file
+        if path is None:
+            return self._token
+        with self._token_lock:
+            if self._token is None or time.monotonic() - self._token_read >= TOKEN_REREAD_SECONDS:
+                try:
+                    self._token = path.read_text().strip()
+                except OSError as exc:
+                    if self._token is None:
+                        raise ApiError(f"cannot read the service-account token {path}: {exc}", status=0) from exc
+                    # Keep the token we have: it is still valid for a while, and the next call tries again.
+                self._token_read = time.monotonic()
+            return self._token
 
     @classmethod
     def from_kubeconfig(cls, path: Path, *, context: str | None = None) -> KubeClient:
@@ -138,7 +170,7 @@ class KubeClient:
         url = self._base + path
         if query:
             url += "?" + urllib.parse.urlencode(query)
-        headers = dict(self._headers)
+        headers = self._headers
         data: bytes | None = None
         if body is not None:
             headers["Content-Type"] = content_type
