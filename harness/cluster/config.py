@@ -48,6 +48,9 @@ CONTROLLERS: Final = (
     "namespace-controller",
     "garbage-collector-controller",
     "resourcepoolstatusrequest-controller",
+    # The Helm chart's plugin runs as a DaemonSet and mounts the cluster CA from kube-root-ca.crt.
+    "daemonset-controller",
+    "root-ca-certificate-publisher-controller",
 )
 
 SERVICE_CIDR: Final = "10.0.0.0/24"

@@ -76,7 +76,8 @@ class NodeEmulator:
     health: dict[tuple[str, str, str], DeviceHealth] = field(default_factory=dict)
     wiped: list[tuple[float, str]] = field(default_factory=list)
     """(time, driver) of every slice wipe after a driver went away."""
-    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    """Running tasks only: a finished pod's task leaves the set (kept, one per pod ever seen, they were a leak)."""
     _loop: asyncio.AbstractEventLoop | None = None
     _stopping: threading.Event = field(default_factory=threading.Event)
     _own_heartbeats: bool = False
@@ -149,24 +150,22 @@ class NodeEmulator:
         self.heartbeats.add(s.name)
         # The kubelet removes every slice of its node when it starts; drivers publish theirs again.
         await asyncio.to_thread(self._wipe_slices, None)
-        self._tasks = [
-            asyncio.create_task(self.plugins.run(), name=f"{s.name}-plugins"),
-            asyncio.create_task(self._wiper(), name=f"{s.name}-wiper"),
-        ]
+        self._track(asyncio.create_task(self.plugins.run(), name=f"{s.name}-plugins"))
+        self._track(asyncio.create_task(self._wiper(), name=f"{s.name}-wiper"))
         threading.Thread(target=self._watch_pods, name=f"{s.name}-pods", daemon=True).start()
         log.info("node emulator started", extra={"fields": {"node": s.name, "root": str(layout.root)}})
 
     async def stop(self, *, stop_pods: bool = False) -> None:
         """Stop emulating. Containers keep running unless ``stop_pods`` (as with a kubelet stop)."""
         self._stopping.set()
-        for task in self._tasks:
+        for task in list(self._tasks):
             task.cancel()
         for worker in list(self.workers.values()):
             if stop_pods:
                 # Bounded: one wedged container must not keep the node from stopping.
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(worker.stop_containers(grace=5), STOP_SECONDS)
-        for task in self._tasks:
+        for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
@@ -250,8 +249,7 @@ class NodeEmulator:
                 return  # finished before this emulator started and nothing left to release
             worker = PodWorker(node=self, uid=uid, pod=pod)
             self.workers[uid] = worker
-            task = asyncio.create_task(worker.run(), name=f"pod-{uid}")
-            self._tasks.append(task)
+            self._track(asyncio.create_task(worker.run(), name=f"pod-{uid}"))
         else:
             worker.update(pod)
 
@@ -259,6 +257,10 @@ class NodeEmulator:
         worker = self.workers.get(uid)
         if worker is not None:
             worker.update(None)
+
+    def _track(self, task: asyncio.Task[None]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def forget(self, uid: str) -> None:
         self.workers.pop(uid, None)

@@ -3,6 +3,9 @@ left."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
+
 import pytest
 
 from fakedev.cli.rig import FakeNodeRig
@@ -94,3 +97,29 @@ def test_a_stop_names_what_the_node_left_behind(node_rig_factory: RigFactory) ->
 
     assert leaked == [stray]
     assert list_netns(stray) == []  # reported, and removed all the same
+
+
+def _pod_tasks_in_memory(uids: set[str]) -> list[str]:
+    gc.collect()
+    return [t.get_name() for t in gc.get_objects() if isinstance(t, asyncio.Task) and t.get_name()[4:] in uids]
+
+
+def test_pods_that_came_and_went_leave_no_task_behind(
+    node_rig_factory: RigFactory, kube: KubeClient, test_namespace: str
+) -> None:
+    """The emulator kept every pod worker's finished task, one per pod it ever ran: memory that grew through a
+    soak's churn. Once a pod is gone its task is gone too."""
+    rig = node_rig_factory()
+    uids = set()
+    for i in range(3):
+        created = kube.create(PODS, pod_body(name=f"p{i}", node=rig.name, grace_seconds=0), namespace=test_namespace)
+        uids.add(created["metadata"]["uid"])
+    for i in range(3):
+        wait_pod_phase(kube, f"p{i}", namespace=test_namespace, phase="Running")
+    assert len(_pod_tasks_in_memory(uids)) == 3  # the check sees running workers' tasks
+    for i in range(3):
+        kube.delete(PODS, f"p{i}", namespace=test_namespace)
+    wait_for(lambda: kube.list(PODS, namespace=test_namespace) == [], timeout=60, what="the pods to go")
+    wait_for(lambda: rig.node.workers == {}, timeout=30, what="the emulator to forget the pods")
+
+    wait_for(lambda: _pod_tasks_in_memory(uids) == [], timeout=10, what="the pods' tasks to be released")
