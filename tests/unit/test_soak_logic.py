@@ -72,6 +72,7 @@ def test_the_summary_says_what_failed() -> None:
         at_rest_at_end=True,
         not_at_rest="",
         leaked_namespaces=("fakedev-1234abcd-pod-0f1e2d3c-4b5a",),
+        load_since=0.0,
         drift={"plugin": tuple(compute_drift(_samples(rss=[50 + 3 * i for i in range(10)])))},
         samples={},
     )
@@ -79,3 +80,12 @@ def test_the_summary_says_what_failed() -> None:
     assert not report.ok and text.startswith("soak: FAILED")
     assert "known claims served 4/5" in text and "NOT at rest (2 pods not Running (e.g. soak-000004))" in text
     assert "namespaces left behind" in text and "rss_mib 51.5 → 75.5 (GREW" in text
+
+
+def test_drift_is_judged_from_the_steady_load_on() -> None:
+    """Threads that filled a bounded pool during an outage (before ``since``) and then stayed: flat."""
+    samples = [Footprint(t=float(t), rss_mib=80.0, fds=20, threads=48 if t < 10 else 77) for t in range(30)]
+
+    assert {d.measure: d.flat for d in compute_drift(samples)}["threads"] is False
+    judged = {d.measure: d for d in compute_drift(samples, since=10.0)}
+    assert judged["threads"].flat and judged["threads"].first == judged["threads"].last == 77

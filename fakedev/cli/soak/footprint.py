@@ -48,8 +48,11 @@ class Drift:
         return self.growth <= COUNT_GROWTH_LIMIT
 
 
-def compute_drift(samples: Sequence[Footprint]) -> list[Drift]:
-    """Compare the means of the first and last :data:`WINDOW` of the samples (at least one sample each)."""
+def compute_drift(samples: Sequence[Footprint], *, since: float = 0.0) -> list[Drift]:
+    """Compare the means of the first and last :data:`WINDOW` of the samples taken at ``since`` or later (at least
+    one sample each). ``since`` skips what came before the steady load: a start, or an outage that filled a bounded
+    thread pool to its cap — growth up to a bound is not a leak."""
+    samples = [s for s in samples if s.t >= since]
     if not samples:
         return []
     n = max(1, int(len(samples) * WINDOW))
@@ -77,11 +80,13 @@ class FootprintSampler:
     """Who to sample, asked every time (a restarted plugin has a new pid)."""
     every: float
     samples: dict[str, list[Footprint]] = field(default_factory=dict)
+    started: float = 0.0
+    """``time.monotonic()`` when sampling began: a sample's ``t`` counts from it."""
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
     def start(self) -> None:
-        t0 = time.monotonic()
+        t0 = self.started = time.monotonic()
 
         def loop() -> None:
             while not self._stop.wait(self.every):

@@ -91,6 +91,8 @@ class SoakReport:
     at_rest_at_end: bool
     not_at_rest: str
     leaked_namespaces: tuple[str, ...]
+    load_since: float
+    """Sample time (seconds) the steady churn after the outages began: drift is judged from there on."""
     drift: Mapping[str, tuple[Drift, ...]]
     samples: Mapping[str, tuple[Footprint, ...]]
 
@@ -147,6 +149,7 @@ class Soak:
         churn: Churn | None = None
         outages: list[OutageResult] = []
         leaked: list[str] = []
+        load_since = 0.0
         rest = "the soak did not get that far"
         try:
             self._objects()
@@ -167,7 +170,8 @@ class Soak:
             for component, seconds in (("kube-apiserver", s.apiserver_outage_seconds), ("etcd", s.etcd_outage_seconds)):
                 if seconds > 0:
                     outages.append(self._outage(component, seconds=seconds, rig=rig, churn=churn))
-            self.say(f"churning for {s.minutes:g} more minutes")
+            self.say(f"churning for {s.minutes:g} more minutes (the leak verdict's window)")
+            load_since = round(time.monotonic() - sampler.started, 1)
             self._churn_for(s.minutes * 60, churn=churn, sampler=sampler)
             churn.stop()
             self.say(f"deleting every pod ({len(churn.live)} alive); nothing may stay")
@@ -198,7 +202,8 @@ class Soak:
             at_rest_at_end=not rest,
             not_at_rest=rest,
             leaked_namespaces=tuple(leaked),
-            drift={name: tuple(compute_drift(values)) for name, values in samples.items()},
+            load_since=load_since,
+            drift={name: tuple(compute_drift(values, since=load_since)) for name, values in samples.items()},
             samples=samples,
         )
 
