@@ -157,7 +157,7 @@ def source_digest(*, project_root: Path, files: Sequence[str]) -> str:
     digest = hashlib.sha256()
     for name in files:
         path = project_root / name
-        content = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
+        content = str(path.readlink()).encode() if path.is_symlink() else path.read_bytes()
         digest.update(name.encode() + b"\0" + hashlib.sha256(content).digest())
     return digest.hexdigest()
 
