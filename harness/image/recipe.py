@@ -24,8 +24,9 @@ RECIPE_VERSION: Final = 1
 DEBIAN_SUITE: Final = "bookworm"
 DEBIAN_VARIANT: Final = "essential"
 """Only the Essential:yes set: no apt in the image (nothing is installed into a running plugin container)."""
-DEBIAN_PACKAGES: Final = ("python3", "iproute2", "busybox-static")
-"""python3 runs fakedev; iproute2 and busybox are what the NIC work and a debugging shell use inside the pod."""
+DEBIAN_PACKAGES: Final = ("python3", "libstdc++6", "iproute2", "busybox-static")
+"""python3 runs fakedev (libstdc++6 for grpcio's manylinux wheel); iproute2 and busybox are what the NIC work
+and a debugging shell use inside the pod."""
 MERGED_USR_HOOK: Final = Path("/usr/share/mmdebstrap/hooks/merged-usr")
 """mmdebstrap's own hook: usr-is-merged instead of the usrmerge package, which drags in perl and its modules."""
 DPKG_PATH_OPTIONS: Final = (
