@@ -112,7 +112,8 @@ def podman() -> Iterator[Engine]:
 
 @pytest.fixture
 def dockerd() -> Iterator[Engine]:
-    """Debian's dockerd 20.10 on a socket of its own, with no bridge, iptables or masquerading; the docker client
+    """Debian's dockerd 20.10 on a socket of its own, with no bridge, iptables or masquerading (overlay2: its mounts
+    go with each ``run --rm``); the docker client
     on PATH (28.x at /usr/local/bin) talks to it by API version negotiation."""
     with run_dir(purpose="image-docker") as run:
         root = run.path
@@ -124,7 +125,7 @@ def dockerd() -> Iterator[Engine]:
                 "dockerd", f"--data-root={root / 'data'}", f"--exec-root={root / 'exec'}", f"--host=unix://{socket}",
                 f"--pidfile={root / 'dockerd.pid'}", f"--config-file={root / 'daemon.json'}", "--bridge=none",
                 "--iptables=false", "--ip6tables=false", "--ip-masq=false", "--userland-proxy=false",
-                "--storage-driver=vfs",
+                "--storage-driver=overlay2",
             ],
             run=run,
         )  # fmt: skip
