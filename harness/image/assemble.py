@@ -51,6 +51,9 @@ Progress = Callable[[str], None]
 APT_SOURCES: Final = Path("/etc/apt")
 APT_LISTS: Final = Path("/var/lib/apt/lists")
 HEARTBEAT_SECONDS: Final = 10.0
+KEEP_ARCHIVES: Final = 3
+"""Cached archives kept (the newest): every source change makes a new one of about 60 MB."""
+KEEP_ROOTFS: Final = 2
 LAYOUT_TAG: Final = "image"
 
 
@@ -120,6 +123,13 @@ def _run_with_progress(argv: Sequence[str], *, what: str, env: Mapping[str, str]
         raise ImageError(f"{what} failed (exit {proc.returncode}):\n{tail}")
 
 
+def _prune(directory: Path, *, keep: int) -> None:
+    """Remove all but the ``keep`` newest cache entries of ``directory``."""
+    entries = sorted((p for p in directory.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime, reverse=True)
+    for stale in entries[keep:]:
+        shutil.rmtree(stale, ignore_errors=True)
+
+
 def _atomic_copy(source: Path, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.partial")
@@ -184,6 +194,7 @@ def ensure_rootfs(*, cache: Path, progress: Progress) -> RootfsEntry:
     entry = cache / "rootfs" / key
     tar = entry / "rootfs.tar"
     if tar.is_file():
+        os.utime(entry)  # last used: pruning keeps the entries in use
         return RootfsEntry(tar=tar, key=key, epoch=epoch)
     progress(f"Debian rootfs {key[:12]} is not cached: mmdebstrap (about a minute)")
     (cache / "tmp").mkdir(parents=True, exist_ok=True)
@@ -351,10 +362,14 @@ def build_image(
     cached = cache / "images" / key / archive_name(version=version)
     archive = out_dir / archive_name(version=version)
     from_cache = cached.is_file() and not force
+    if from_cache:
+        os.utime(cached.parent)
     if not from_cache:
         _build_archive(
             cache=cache, rootfs=rootfs, lock=lock, wheel=wheel, identity=identity, target=cached, progress=progress
         )
+        _prune(cache / "images", keep=KEEP_ARCHIVES)
+        _prune(cache / "rootfs", keep=KEEP_ROOTFS)
     _atomic_copy(cached, archive)
     digest, layers_bytes = inspect_archive(archive)
     return BuiltImage(
