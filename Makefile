@@ -10,7 +10,7 @@ FUZZ_EXAMPLES ?= 10000
 export GOTOOLCHAIN := local
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help deps venv build run test test-fast check bench fuzz cluster cluster-down gomod clean
+.PHONY: help deps venv build image run test test-fast check bench fuzz cluster cluster-down gomod clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -29,6 +29,9 @@ venv: $(STAMP) ## Create .venv with fakedev and its tools (then .venv/bin/fakede
 build: deps venv ## Build (or reuse the cache of) the Kubernetes 1.37 control plane, kubelet, containerd and helm
 	$(FAKEDEV) cluster build --with-node --with-helm
 	$(PY) -m harness.conformance.exdriver
+
+image: deps venv ## The fakedev OCI image: build/image/fakedev-<version>.oci.tar (cached in ~/.cache/fakedev/image)
+	$(FAKEDEV) image build --out build/image
 
 run: build ## Local control plane + emulated dgx-h100 node + the default drills, with a report
 	$(FAKEDEV) run

@@ -9,6 +9,7 @@ HarnessError
 │   └── PrepareError            a pod's claims cannot be prepared yet; its worker retries with back-off
 └── PermanentError              retrying cannot help; the message says what to fix
     ├── BuildError              a control-plane binary could not be built
+    ├── ImageError              the fakedev OCI image could not be built (a tool failed, a stale lock, no indices)
     ├── ComponentError          a control-plane component exited or failed to start
     ├── ClusterStateError       no cluster / a broken cluster state directory
     ├── CheckpointCorruptError  the node emulator's DRA checkpoint is unreadable; the node refuses to start
@@ -81,6 +82,10 @@ class PrepareError(RetryableError):
 
 class BuildError(PermanentError):
     """Building a binary from the Go module proxy failed."""
+
+
+class ImageError(PermanentError):
+    """Building the fakedev OCI image failed; the message names the step and what to do."""
 
 
 class ComponentError(PermanentError):

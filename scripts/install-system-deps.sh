@@ -10,6 +10,14 @@ command -v nsenter >/dev/null || need+=(util-linux)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 # The drill report test takes one screenshot of the HTML report with headless Chromium.
 command -v chromium >/dev/null || need+=(chromium)
+# `make image`: mmdebstrap makes the Debian rootfs, umoci assembles the OCI image; the image tests read it with
+# skopeo and load it into podman and a private dockerd (docker.io's /usr/bin/docker client sits behind any newer
+# /usr/local/bin/docker on PATH, which keeps working).
+command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+command -v umoci >/dev/null || need+=(umoci)
+command -v skopeo >/dev/null || need+=(skopeo)
+command -v podman >/dev/null || need+=(podman)
+command -v dockerd >/dev/null || need+=(docker.io)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need[*]}"
   SUDO=""

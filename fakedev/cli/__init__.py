@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Final
 
+from fakedev import __version__
 from fakedev.errors import FakedevError
 from harness.errors import HarnessError
 from kubeclient.errors import KubeClientError
@@ -20,6 +21,7 @@ COMMANDS: Final = (
     "conformance",
     "drill",
     "fault",
+    "image",
     "kubevirt",
     "node",
     "plugin",
@@ -42,20 +44,27 @@ def _command_module(name: str) -> ModuleType:
     return importlib.import_module(f"fakedev.cli.{name}")
 
 
-def build_parser(*, only: str | None = None) -> argparse.ArgumentParser:
-    """The full parser, or (``only``) one with just that command, which imports nothing else."""
+def build_parser(*, only: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The full parser, or (``only``) one with just those commands, which imports nothing else."""
     parser = argparse.ArgumentParser(
         prog="fakedev", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--version", action="version", version=f"fakedev {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in (only,) if only else COMMANDS:
+    for name in COMMANDS if only is None else only:
         _command_module(name).add_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(only=words[0] if words and words[0] in COMMANDS else None)
+    # One command imports only its own module; `--version` imports none (a container's first check stays cheap).
+    only: Sequence[str] | None = None
+    if words and words[0] in COMMANDS:
+        only = (words[0],)
+    elif words[:1] == ["--version"]:
+        only = ()
+    parser = build_parser(only=only)
     args = parser.parse_args(words)
     try:
         code: int = args.handler(args)
