@@ -35,6 +35,7 @@ NODES: Final = Resource(group="", version="v1", plural="nodes", kind="Node", nam
 PODS: Final = Resource(group="", version="v1", plural="pods", kind="Pod", namespaced=True)
 EVENTS: Final = Resource(group="", version="v1", plural="events", kind="Event", namespaced=True)
 LEASES: Final = Resource(group="coordination.k8s.io", version="v1", plural="leases", kind="Lease", namespaced=True)
+DAEMON_SETS: Final = Resource(group="apps", version="v1", plural="daemonsets", kind="DaemonSet", namespaced=True)
 DEVICE_CLASSES: Final = Resource(
     group="resource.k8s.io", version="v1", plural="deviceclasses", kind="DeviceClass", namespaced=False
 )

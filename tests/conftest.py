@@ -4,9 +4,13 @@ integration and privileged tests."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from fakedev import __version__
+from harness.cluster.build import default_cache_root
+from harness.image.assemble import BuiltImage, build_image
 from kubeclient import KubeClient
 from kubeclient.resources import DEVICE_CLASSES
 from tests.helpers import EXAMPLE_DRIVER, device_class_body, driver_is
@@ -20,3 +24,16 @@ def example_class(kube: KubeClient, unique_name: str) -> Iterator[str]:
     kube.create(DEVICE_CLASSES, device_class_body(name=unique_name, expression=driver_is(EXAMPLE_DRIVER)))
     yield unique_name
     kube.delete(DEVICE_CLASSES, unique_name)
+
+
+@pytest.fixture(scope="session")
+def built_image(tmp_path_factory: pytest.TempPathFactory) -> BuiltImage:
+    """``fakedev image build`` into a temp dir: two minutes on a cold cache (mmdebstrap), a second on a warm one;
+    workers building at once take turns on the cache's lock."""
+    return build_image(
+        project_root=Path(__file__).resolve().parents[1],
+        version=__version__,
+        out_dir=tmp_path_factory.mktemp("image"),
+        cache_root=default_cache_root(),
+        progress=lambda message: print(f"[image] {message}", flush=True),
+    )

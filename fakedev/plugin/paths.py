@@ -9,6 +9,9 @@ from typing import Final
 from fakedev.errors import FakedevError
 
 UNIX_PATH_MAX: Final = 107  # sun_path is 108 bytes including the terminating NUL
+INSTANCE_CHARS: Final = 8
+"""How much of a rolling update's pod UID names its sockets: a UUID's first group tells the two pods apart and
+keeps the registration socket well under the limit below a long kubelet root (a whole UUID took it to 117 bytes)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -16,6 +19,11 @@ class PluginPaths:
     kubelet_root: Path
     driver: str
     rolling_update_uid: str | None = None
+
+    @property
+    def instance(self) -> str:
+        """``-<uid prefix>`` for one instance of a rolling update, else empty."""
+        return f"-{self.rolling_update_uid[:INSTANCE_CHARS]}" if self.rolling_update_uid else ""
 
     @property
     def plugin_dir(self) -> Path:
@@ -27,19 +35,16 @@ class PluginPaths:
 
     @property
     def dra_socket(self) -> Path:
-        name = f"dra-{self.rolling_update_uid}.sock" if self.rolling_update_uid else "dra.sock"
-        return self.plugin_dir / name
+        return self.plugin_dir / f"dra{self.instance}.sock"
 
     @property
     def registration_socket(self) -> Path:
-        uid = f"-{self.rolling_update_uid}" if self.rolling_update_uid else ""
-        return self.registry_dir / f"{self.driver}{uid}-reg.sock"
+        return self.registry_dir / f"{self.driver}{self.instance}-reg.sock"
 
     @property
     def control_socket(self) -> Path:
         """fakedev's own fault-injection socket; per instance, so drills can address either during an update."""
-        uid = f"-{self.rolling_update_uid}" if self.rolling_update_uid else ""
-        return self.plugin_dir / f"control{uid}.sock"
+        return self.plugin_dir / f"control{self.instance}.sock"
 
     @property
     def serialize_lock(self) -> Path:

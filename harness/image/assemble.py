@@ -14,6 +14,7 @@ The finished archive is cached by all inputs together, so a warm build with noth
 from __future__ import annotations
 
 import email.utils
+import fcntl
 import gzip
 import hashlib
 import json
@@ -27,7 +28,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import IO, Final
 
 from harness.errors import ImageError
 from harness.image.recipe import (
@@ -348,9 +349,39 @@ def build_image(
     source: str | None = None,
     force: bool = False,
 ) -> BuiltImage:
-    """``build/image/fakedev-<version>.oci.tar``: an OCI layout plus a docker ``manifest.json``, tarred."""
-    started = time.monotonic()
+    """``build/image/fakedev-<version>.oci.tar``: an OCI layout plus a docker ``manifest.json``, tarred.
+
+    One build at a time per cache (two test workers, or a test and ``make image``, would otherwise build the same
+    rootfs into the same directory): the others wait on the cache's lock and then find the result cached."""
     cache = cache_root / "image"
+    cache.mkdir(parents=True, exist_ok=True)
+    with (cache / ".build.lock").open("a") as held:
+        if not _try_lock(held):
+            progress(f"waiting for another build of the image (lock {cache / '.build.lock'})")
+            fcntl.flock(held, fcntl.LOCK_EX)
+        return _build_image_locked(
+            project_root=project_root,
+            version=version,
+            out_dir=out_dir,
+            cache=cache,
+            progress=progress,
+            source=source,
+            force=force,
+        )
+
+
+def _try_lock(handle: IO[str]) -> bool:
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _build_image_locked(
+    *, project_root: Path, version: str, out_dir: Path, cache: Path, progress: Progress, source: str | None, force: bool
+) -> BuiltImage:
+    started = time.monotonic()
     identity = git_identity(project_root=project_root, version=version, source=source)
     lock = read_lock(project_root=project_root)
     wheel = build_fakedev_wheel(

@@ -278,9 +278,14 @@ class RealNode:
         )
 
     def _import(self, image: ImageTarball) -> None:
-        done = self._ctr("images", "import", str(image.path))
+        self.import_image(image.path)
+
+    def import_image(self, archive: Path) -> None:
+        """Import an image archive (OCI layout or docker archive) into the node's containerd, as a user would with
+        ``ctr -n k8s.io images import``: pods then run it with ``imagePullPolicy: Never``."""
+        done = self._ctr("images", "import", str(archive), timeout=300)
         if done.returncode != 0:
-            raise ComponentError(f"ctr images import {image.path}: {done.stderr.strip() or done.stdout.strip()}")
+            raise ComponentError(f"ctr images import {archive}: {done.stderr.strip() or done.stdout.strip()}")
 
     def _dead(self) -> Exception | None:
         for name, proc in self.processes.items():

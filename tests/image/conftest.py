@@ -14,9 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fakedev import __version__
-from harness.cluster.build import CONTAINERD, cached_binaries, default_cache_root
-from harness.image.assemble import BuiltImage, build_image
+from harness.cluster.build import CONTAINERD, cached_binaries
 from harness.procs import Process, run_dir, start_process, wait_for
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -27,18 +25,6 @@ def run_tool(argv: Sequence[str], *, timeout: float = 300, env: dict[str, str] |
     done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env=env, check=False)
     assert done.returncode == 0, f"{' '.join(argv[:4])} … exited {done.returncode}:\n{done.stderr[-3000:]}"
     return done.stdout
-
-
-@pytest.fixture(scope="session")
-def built_image(tmp_path_factory: pytest.TempPathFactory) -> BuiltImage:
-    """``fakedev image build`` into a temp dir: two minutes on a cold cache (mmdebstrap), seconds on a warm one."""
-    return build_image(
-        project_root=PROJECT_ROOT,
-        version=__version__,
-        out_dir=tmp_path_factory.mktemp("image"),
-        cache_root=default_cache_root(),
-        progress=lambda message: print(f"[image] {message}", flush=True),
-    )
 
 
 @dataclass(frozen=True, kw_only=True)

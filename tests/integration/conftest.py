@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from fakedev.cli.rig import plugin_command
+from fakedev.plugin.paths import PluginPaths
 from fakedev.render import Schema
 from harness.cluster.local import LocalCluster
 from harness.cluster.nodes import NodeHeartbeats, delete_node, register_node
@@ -49,18 +50,22 @@ class PluginProcess:
         return self.root / "kubelet"
 
     @property
+    def paths(self) -> PluginPaths:
+        return PluginPaths(
+            kubelet_root=self.kubelet_root, driver=self.driver, rolling_update_uid=self.rolling_update_uid
+        )
+
+    @property
     def plugin_dir(self) -> Path:
-        return self.kubelet_root / "plugins" / self.driver
+        return self.paths.plugin_dir
 
     @property
     def registration_socket(self) -> Path:
-        uid = f"-{self.rolling_update_uid}" if self.rolling_update_uid else ""
-        return self.kubelet_root / "plugins_registry" / f"{self.driver}{uid}-reg.sock"
+        return self.paths.registration_socket
 
     @property
     def dra_socket(self) -> Path:
-        name = f"dra-{self.rolling_update_uid}.sock" if self.rolling_update_uid else "dra.sock"
-        return self.plugin_dir / name
+        return self.paths.dra_socket
 
     @property
     def checkpoint(self) -> Path:
