@@ -73,6 +73,7 @@ def test_the_summary_says_what_failed() -> None:
         not_at_rest="",
         leaked_namespaces=("fakedev-1234abcd-pod-0f1e2d3c-4b5a",),
         load_since=0.0,
+        load_until=float("inf"),
         drift={"plugin": tuple(compute_drift(_samples(rss=[50 + 3 * i for i in range(10)])))},
         samples={},
     )
@@ -89,3 +90,11 @@ def test_drift_is_judged_from_the_steady_load_on() -> None:
     assert {d.measure: d.flat for d in compute_drift(samples)}["threads"] is False
     judged = {d.measure: d for d in compute_drift(samples, since=10.0)}
     assert judged["threads"].flat and judged["threads"].first == judged["threads"].last == 77
+
+
+def test_drift_leaves_out_what_comes_after_the_load() -> None:
+    """The final deletion of every pod opens files and grows memory for a moment: not part of the verdict."""
+    samples = [Footprint(t=float(t), rss_mib=80.0 if t < 20 else 120.0, fds=20, threads=8) for t in range(25)]
+
+    assert {d.measure: d.flat for d in compute_drift(samples)}["rss_mib"] is False
+    assert {d.measure: d.flat for d in compute_drift(samples, until=19.0)}["rss_mib"] is True

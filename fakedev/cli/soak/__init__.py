@@ -86,8 +86,8 @@ def render_summary(report: SoakReport) -> str:
         shown = ", ".join(
             f"{d.measure} {d.first:g} → {d.last:g} ({'flat' if d.flat else 'GREW'}, limit {d.limit})" for d in drifts
         )
-        judged = sum(1 for x in report.samples.get(name, ()) if x.t >= report.load_since)
-        lines.append(f"  {name}: {shown} over {judged} samples from {report.load_since:g}s on")
+        judged = sum(1 for x in report.samples.get(name, ()) if report.load_since <= x.t <= report.load_until)
+        lines.append(f"  {name}: {shown} over {judged} samples, {report.load_since:g}s to {report.load_until:g}s")
     return "\n".join(lines)
 
 

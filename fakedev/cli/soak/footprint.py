@@ -48,11 +48,11 @@ class Drift:
         return self.growth <= COUNT_GROWTH_LIMIT
 
 
-def compute_drift(samples: Sequence[Footprint], *, since: float = 0.0) -> list[Drift]:
-    """Compare the means of the first and last :data:`WINDOW` of the samples taken at ``since`` or later (at least
-    one sample each). ``since`` skips what came before the steady load: a start, or an outage that filled a bounded
-    thread pool to its cap — growth up to a bound is not a leak."""
-    samples = [s for s in samples if s.t >= since]
+def compute_drift(samples: Sequence[Footprint], *, since: float = 0.0, until: float = float("inf")) -> list[Drift]:
+    """Compare the means of the first and last :data:`WINDOW` of the samples taken from ``since`` to ``until`` (at
+    least one sample each). The window is the steady load: not the start, not an outage that filled a bounded
+    thread pool to its cap (growth up to a bound is not a leak), not the final mass deletion."""
+    samples = [s for s in samples if since <= s.t <= until]
     if not samples:
         return []
     n = max(1, int(len(samples) * WINDOW))

@@ -93,6 +93,8 @@ class SoakReport:
     leaked_namespaces: tuple[str, ...]
     load_since: float
     """Sample time (seconds) the steady churn after the outages began: drift is judged from there on."""
+    load_until: float
+    """Sample time the churn stopped (before every pod is deleted)."""
     drift: Mapping[str, tuple[Drift, ...]]
     samples: Mapping[str, tuple[Footprint, ...]]
 
@@ -149,7 +151,7 @@ class Soak:
         churn: Churn | None = None
         outages: list[OutageResult] = []
         leaked: list[str] = []
-        load_since = 0.0
+        load_since, load_until = 0.0, float("inf")
         rest = "the soak did not get that far"
         try:
             self._objects()
@@ -174,6 +176,7 @@ class Soak:
             load_since = round(time.monotonic() - sampler.started, 1)
             self._churn_for(s.minutes * 60, churn=churn, sampler=sampler)
             churn.stop()
+            load_until = round(time.monotonic() - sampler.started, 1)
             self.say(f"deleting every pod ({len(churn.live)} alive); nothing may stay")
             self.client.delete_collection(PODS, namespace=self.namespace)
             churn.live.clear()
@@ -203,7 +206,11 @@ class Soak:
             not_at_rest=rest,
             leaked_namespaces=tuple(leaked),
             load_since=load_since,
-            drift={name: tuple(compute_drift(values, since=load_since)) for name, values in samples.items()},
+            load_until=load_until,
+            drift={
+                name: tuple(compute_drift(values, since=load_since, until=load_until))
+                for name, values in samples.items()
+            },
             samples=samples,
         )
 
