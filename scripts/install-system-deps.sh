@@ -26,6 +26,11 @@ if [ ${#need[@]} -gt 0 ]; then
   $SUDO apt-get update -q
   $SUDO apt-get install -y -q --no-install-recommends "${need[@]}"
 fi
+# The image's Debian layer is resolved from this machine's package indices: a fresh machine may have none yet.
+if ! compgen -G "/var/lib/apt/lists/*_InRelease" >/dev/null; then
+  echo "no Debian package indices yet: apt-get update"
+  [ "$(id -u)" -eq 0 ] && apt-get update -q || sudo apt-get update -q
+fi
 if ! command -v go >/dev/null; then
   echo "error: Go >= 1.26 is required to build the control plane (https://go.dev/dl/)" >&2
   exit 1
