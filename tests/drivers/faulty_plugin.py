@@ -51,12 +51,19 @@ def no_owner() -> None:
 
 
 def _wrap_prepare(change: Callable[[ClaimRef, PrepareResult], PrepareResult]) -> None:
-    original = ClaimState.prepare
+    """Change every prepare answer: the real prepare's and the one given for a claim already held (which the
+    driver answers from its checkpoint without a prepare)."""
+    original, original_held = ClaimState.prepare, ClaimState.held
 
     def prepare(self: ClaimState, ref: ClaimRef) -> PrepareResult:
         return change(ref, original(self, ref))
 
+    def held(self: ClaimState, ref: ClaimRef) -> PrepareResult | None:
+        answer = original_held(self, ref)
+        return None if answer is None else change(ref, answer)
+
     ClaimState.prepare = prepare  # type: ignore[method-assign]
+    ClaimState.held = held  # type: ignore[method-assign]
 
 
 def wrong_pool() -> None:
