@@ -19,7 +19,8 @@ HarnessError
 
 Not errors: the verdicts :class:`harness.conformance.checks.CheckFailed` and ``CheckSkipped`` (a driver broke a
 contract clause / a check does not apply) and :class:`harness.drills.runner.StepFailed` (a drill step's condition did
-not hold) report on the system under test, not on the harness; they stay next to the code that decides them.
+not hold) and ``StepBlocked`` (the cluster cannot do a drill step's fault) report on the system under test, not on
+the harness; they stay next to the code that decides them.
 
 API errors (``ApiError`` and its retryable children) live in :mod:`kubeclient.errors`.
 """

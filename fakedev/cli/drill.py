@@ -9,18 +9,20 @@ import logging
 import shutil
 import sys
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from fakedev.cli.args import positive_count
+from fakedev.cli.drill_cluster_env import DEFAULT_CHART_NAMESPACE, ChartDrillEnvironment
 from fakedev.cli.drill_env import FakedevDrillEnvironment
 from fakedev.logs import TextFormatter
 from harness.cluster.config import ClusterSettings
 from harness.cluster.local import LocalCluster, local_cluster
 from harness.drills.report import as_cases, drills_json, render_html, render_matrix
 from harness.drills.requirements import cluster_gates
-from harness.drills.runner import DrillResult, run_drills
+from harness.drills.runner import DrillEnvironment, DrillResult, run_drills
 from harness.drills.scenario import Scenario, load_scenario
 from harness.reports import compute_exit_code, render_console, render_json, render_junit
 from kubeclient import KubeClient
@@ -30,6 +32,15 @@ Run drills: each YAML scenario starts emulated nodes with fake drivers, applies 
 killed or hung, node reboot, unhealthy device, DeviceTaintRule, prepare failures, API server or etcd outage, NIC
 hot-unplug, exhaustion) and asserts what a correct cluster does. Reports: console table, JUnit XML, JSON and an HTML
 page with a timeline per drill, in --report-dir. Without files, the shipped default set runs.
+
+With --kubeconfig K --in-cluster the drills run on the cluster's own nodes, those running the fakedev chart's
+DaemonSet (deploy/helm/fakedev; its pods are labelled app.kubernetes.io/name=fakedev in --chart-namespace):
+device faults (device-health Unhealthy/Healthy, prepare-fault failTimes/delaySeconds, clear-faults, nic-unplug and
+nic-replug) become DeviceFault objects (devicefaults.fakedev.io) that the node's plugin applies; driver-kill and
+driver-restart delete the DaemonSet's pod on the node (the DaemonSet starts another); DeviceTaintRules are plain
+API calls as always. A drill whose faults need what a real cluster does not hand out (node-reboot, driver-hang,
+driver-socket-remove, apiserver/etcd outages) is reported BLOCKED with the reason, neither passed nor failed (the
+exit code is non-zero while any drill is blocked: it was not verified).
 
 The upstream set reproduces known bugs of the Kubernetes components; those drills fail intermittently by nature, so
 run them with --repeat (e.g. fakedev drill --set upstream --repeat 12) and read how many runs failed.
@@ -99,6 +110,26 @@ def add_parser(sub: Any) -> None:
         help="run against this cluster (drills marked localOnly are skipped); default: a private local control plane",
     )
     p.add_argument(
+        "--in-cluster",
+        action="store_true",
+        help="with --kubeconfig: drill on the cluster's nodes running the fakedev chart instead of starting emulated "
+        "nodes; faults become DeviceFault objects and plugin-pod deletions, the rest is BLOCKED (see above)",
+    )
+    p.add_argument(
+        "--chart-namespace",
+        default=DEFAULT_CHART_NAMESPACE,
+        metavar="NS",
+        help=f"with --in-cluster: the namespace the chart is installed in (default {DEFAULT_CHART_NAMESPACE})",
+    )
+    p.add_argument(
+        "--node",
+        action="append",
+        default=[],
+        metavar="N",
+        help="with --in-cluster: use node N (repeat for drills with several nodes, in the scenario's order); "
+        "default: every node with a ready plugin pod, by name",
+    )
+    p.add_argument(
         "--report-dir",
         type=Path,
         default=Path("build/drills"),
@@ -162,18 +193,34 @@ def _log_to(path: Path) -> None:
         logger.propagate = False
 
 
+@dataclass(frozen=True, kw_only=True)
+class InClusterTarget:
+    """Where ``--in-cluster`` drills: the chart's namespace and, optionally, which nodes."""
+
+    chart_namespace: str = DEFAULT_CHART_NAMESPACE
+    nodes: tuple[str, ...] = ()
+
+
 def run_scenarios(
-    scenarios: Sequence[Scenario], *, kubeconfig: Path | None, report_dir: Path, title: str, verbosity: int = 1
+    scenarios: Sequence[Scenario],
+    *,
+    kubeconfig: Path | None,
+    report_dir: Path,
+    title: str,
+    verbosity: int = 1,
+    in_cluster: InClusterTarget | None = None,
 ) -> tuple[list[DrillResult], int]:
     _log_to(report_dir / "drills.log")
     with _cluster(kubeconfig, logs_to=report_dir / "components", verbosity=verbosity) as (client, path, cluster):
-        results = run_drills(
-            scenarios,
-            client=client,
-            cluster=cluster,
-            progress=_say,
-            env_factory=lambda: FakedevDrillEnvironment(client=client, kubeconfig=path),
-        )
+
+        def environment() -> DrillEnvironment:
+            if in_cluster is None:
+                return FakedevDrillEnvironment(client=client, kubeconfig=path)
+            return ChartDrillEnvironment(
+                client=client, chart_namespace=in_cluster.chart_namespace, node_names=in_cluster.nodes
+            )
+
+        results = run_drills(scenarios, client=client, cluster=cluster, progress=_say, env_factory=environment)
         gates = cluster_gates(client) if any(s.feature for s in scenarios) else {}
     cases = as_cases(results)
     report_dir.mkdir(parents=True, exist_ok=True)
@@ -198,6 +245,11 @@ def _run(args: argparse.Namespace) -> int:
     files = args.files or [shipped_scenario(n) for n in drill_set(args.set)]
     if args.kubeconfig is not None and args.component_verbosity != 1:
         raise SystemExit("fakedev drill: --component-verbosity is for the private control plane, not --kubeconfig")
+    if args.in_cluster and args.kubeconfig is None:
+        raise SystemExit("fakedev drill: --in-cluster needs --kubeconfig (the cluster the chart is installed in)")
+    if not args.in_cluster and (args.node or args.chart_namespace != DEFAULT_CHART_NAMESPACE):
+        raise SystemExit("fakedev drill: --node and --chart-namespace go with --in-cluster")
+    target = InClusterTarget(chart_namespace=args.chart_namespace, nodes=tuple(args.node)) if args.in_cluster else None
     scenarios = repeated([load_scenario(f) for f in files], times=args.repeat)
     _, code = run_scenarios(
         scenarios,
@@ -205,5 +257,6 @@ def _run(args: argparse.Namespace) -> int:
         report_dir=args.report_dir,
         title="fakedev drills",
         verbosity=args.component_verbosity,
+        in_cluster=target,
     )
     return code

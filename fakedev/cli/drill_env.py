@@ -130,6 +130,11 @@ class FakedevDrillEnvironment:
 
     # -- faults ----------------------------------------------------------------------------------------------------
 
+    def blocker(self, step: FaultStep) -> str | None:
+        """Emulated nodes can suffer every fault: the drill holds the plugins, the node and its hardware."""
+        del step
+        return None
+
     def _node(self, step: FaultStep) -> EmulatedNode:
         return self.nodes[step.node or next(iter(self.nodes))]
 

@@ -17,6 +17,7 @@ COLORS: Final[Mapping[str, str]] = {
     "passed": "#2e7d32",
     "failed": "#c62828",
     "skipped": "#9e9e9e",
+    "blocked": "#6a1b9a",
     "Pending": "#bdbdbd",
     "Running": "#43a047",
     "Succeeded": "#1e88e5",
@@ -108,6 +109,9 @@ def render_timeline(result: DrillResult) -> str:
 
 def render_html(results: Sequence[DrillResult], *, title: str) -> str:
     passed = sum(r.outcome == "passed" for r in results)
+    blocked = sum(r.outcome == "blocked" for r in results)
+    # BLOCKED is neither pass nor fail: the cluster could not suffer the drill's faults (the reason is in "why").
+    blocked_note = f" {blocked} blocked (this cluster cannot do their faults)." if blocked else ""
     rows = "\n".join(
         f'<tr class="{r.outcome}"><td><a href="#{html.escape(r.scenario.name)}">{html.escape(r.scenario.name)}</a></td>'
         f"<td>{r.outcome}</td><td>{r.seconds:.1f}s</td><td>{html.escape(r.message)}</td></tr>"
@@ -138,12 +142,12 @@ body {{ font-family: sans-serif; margin: 24px; color: #212121; }}
 table {{ border-collapse: collapse; margin: 8px 0 16px; }}
 td, th {{ border: 1px solid #e0e0e0; padding: 4px 8px; font-size: 13px; text-align: left; vertical-align: top; }}
 tr.failed td, span.failed {{ color: #c62828; }} tr.passed td:nth-child(2), span.passed {{ color: #2e7d32; }}
-tr.skipped td {{ color: #9e9e9e; }}
+tr.skipped td {{ color: #9e9e9e; }} tr.blocked td, span.blocked {{ color: #6a1b9a; }}
 svg.timeline text {{ font-size: 11px; fill: #424242; }}
 section.drill {{ border-top: 2px solid #eeeeee; padding-top: 8px; }}
 </style></head><body>
 <h1>{html.escape(title)}</h1>
-<p class="summary">{passed} of {len(results)} drills passed.</p>
+<p class="summary">{passed} of {len(results)} drills passed.{blocked_note}</p>
 <table class="summary"><tr><th>drill</th><th>outcome</th><th>time</th><th>why</th></tr>{rows}</table>
 {"".join(sections)}
 </body></html>

@@ -19,6 +19,7 @@ from typing import Any, Final, Protocol
 
 from harness.cluster.local import LocalCluster
 from harness.drills.conditions import ConditionContext, evaluate
+from harness.drills.in_cluster import NEEDS_CONTROL_PLANE
 from harness.drills.requirements import api_served, cluster_gates, missing_requirements
 from harness.drills.scenario import (
     ConditionStep,
@@ -82,6 +83,11 @@ class DrillEnvironment(Protocol):
         """``<node>/<device>`` → Healthy, Unhealthy or Unknown, for every device the drivers report."""
         ...
 
+    def blocker(self, step: FaultStep) -> str | None:
+        """Why this environment cannot perform ``step`` (an environment fault), None when it can. Asked for every
+        such step before a drill starts, so a drill that cannot be done is reported BLOCKED, not half run."""
+        ...
+
 
 @dataclass(frozen=True, kw_only=True)
 class StepResult:
@@ -90,7 +96,7 @@ class StepResult:
     kind: str
     title: str
     outcome: str
-    """passed, failed, or skipped (not reached)."""
+    """passed, failed, blocked (this cluster cannot do the step; see the message), or skipped (not reached)."""
     message: str
     start: float
     end: float
@@ -117,6 +123,11 @@ class DrillResult:
 
 class StepFailed(Exception):  # noqa: N818 - a verdict, not an error
     pass
+
+
+class StepBlocked(Exception):  # noqa: N818 - a verdict, not an error
+    """The environment cannot do what the step asks on this cluster (the message says what is missing): the drill
+    is neither passed nor failed, it is BLOCKED."""
 
 
 @dataclass(kw_only=True)
@@ -164,10 +175,51 @@ class DrillRun:
 
     # -- the run ---------------------------------------------------------------------------------------------------
 
+    def blocked_steps(self) -> list[tuple[FaultStep, str]]:
+        """The fault steps this cluster and environment cannot do, with why (decided before anything is created)."""
+        out = []
+        for step in self.scenario.steps:
+            if not isinstance(step, FaultStep):
+                continue
+            if step.fault.performer is Performer.ENVIRONMENT:
+                reason = self.env.blocker(step)
+            elif step.fault in _COMPONENTS and self.cluster is None:
+                reason = f"{step.fault}: {NEEDS_CONTROL_PLANE}"
+            else:
+                reason = None
+            if reason is not None:
+                out.append((step, reason))
+        return out
+
+    def _report_blocked(self, result: DrillResult, blocked: Sequence[tuple[FaultStep, str]]) -> DrillResult:
+        reasons = {step.index: reason for step, reason in blocked}
+        first, why = blocked[0]
+        result.outcome = "blocked"
+        result.message = f"step {first.index + 1} (line {first.line}) {first.title!r}: {why}"
+        if len(blocked) > 1:
+            result.message += f" (and {len(blocked) - 1} more step(s) this cluster cannot do)"
+        for step in self.scenario.steps:
+            result.steps.append(
+                StepResult(
+                    index=step.index,
+                    line=step.line,
+                    kind=step.kind.value,
+                    title=step.title,
+                    outcome="blocked" if step.index in reasons else "skipped",
+                    message=reasons.get(step.index, "not run: the drill is blocked"),
+                    start=0.0,
+                    end=0.0,
+                )
+            )
+        return result
+
     def run(self) -> DrillResult:
         result = DrillResult(scenario=self.scenario)
         self.result = result
         self._t0 = time.monotonic()
+        blocked = self.blocked_steps()
+        if blocked:
+            return self._report_blocked(result, blocked)
         prefix = f"{self.scenario.name[:20]}-{os.urandom(2).hex()}"
         self.namespace = f"drill-{prefix}"
         sampler = threading.Thread(target=self._sample, name="drill-sampler", daemon=True)
@@ -181,6 +233,8 @@ class DrillRun:
                 self.make_class(c.name, c.cel, c.extended_resource_name, prefix=prefix)
             sampler.start()
             self._steps(result)
+        except StepBlocked as exc:
+            result.outcome, result.message = "blocked", f"set-up: {exc}"
         except (StepFailed, ApiError, OSError) as exc:
             result.outcome, result.message = "failed", f"set-up: {exc}"
         finally:
@@ -212,6 +266,10 @@ class DrillRun:
                 self.progress(f"  step {step.index + 1}: {step.title}")
                 try:
                     outcome, message = "passed", self._do(step)
+                except StepBlocked as exc:
+                    outcome, message, failed = "blocked", str(exc), True
+                    result.outcome = "blocked"
+                    result.message = f"step {step.index + 1} (line {step.line}) {step.title!r}: {exc}"
                 except (StepFailed, ApiError) as exc:
                     outcome, message, failed = "failed", str(exc), True
                     result.outcome = "failed"
@@ -431,13 +489,9 @@ def run_drills(
     results = []
     for scenario in scenarios:
         if scenario.local_only and cluster is None:
-            r = DrillResult(
-                scenario=scenario,
-                outcome="skipped",
-                message="needs the local control plane (it stops and starts its components)",
-            )
+            r = DrillResult(scenario=scenario, outcome="blocked", message=f"localOnly: {NEEDS_CONTROL_PLANE}")
             results.append(r)
-            progress(f"{scenario.name}: skipped ({r.message})")
+            progress(f"{scenario.name}: blocked ({r.message})")
             continue
         lacking = _lacking(client, scenario)
         if lacking:

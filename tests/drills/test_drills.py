@@ -213,7 +213,8 @@ def test_drills_run_against_another_cluster_by_kubeconfig(second_cluster: LocalC
     # The pool-status drill checks the cluster and refuses: that is a failure of the run, with the reason.
     assert out.returncode == 1, out.stdout + out.stderr
     assert "extended-resource-migration  PASSED" in out.stdout
-    assert "apiserver-outage             SKIPPED" in out.stdout
+    assert "apiserver-outage             BLOCKED" in out.stdout  # localOnly: it stops the control plane's parts
+    assert "localOnly: needs the local control plane" in out.stdout
     assert "resource-pool-status         BLOCKED" in out.stdout
     assert (
         "refused: the cluster lacks feature gate DRAResourcePoolStatus (alpha, disabled); feature gate "
