@@ -138,7 +138,7 @@ def _local_view(args: argparse.Namespace, *, pod: JsonObj, node: str | None) -> 
 def _plugin_pod_view(args: argparse.Namespace, *, client: KubeClient, node: str, kubeconfig: Path) -> NodeView:
     plugin = find_plugin_pod(client, node=node, namespace=args.chart_namespace)
     files = PodExecNodeFiles(target=plugin.target, kubeconfig=kubeconfig, kubectl=_kubectl(args.kubectl))
-    return plugin_node_view(plugin, files=files, read_checkpoint=_plugin_claims)
+    return plugin_node_view(plugin, files=files, read_checkpoint=plugin_claims)
 
 
 def _kubectl(explicit: Path | None) -> Path:
@@ -156,7 +156,7 @@ def _kubectl(explicit: Path | None) -> Path:
     return Path(found)
 
 
-def _plugin_claims(data: bytes, source: str) -> Sequence[PreparedClaim]:
+def plugin_claims(data: bytes, source: str) -> Sequence[PreparedClaim]:
     """The claims a fakedev plugin's checkpoint records, with the devices (and CDI IDs) it prepared for them."""
     try:
         records = parse_checkpoint(data, source=source)
