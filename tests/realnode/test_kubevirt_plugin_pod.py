@@ -33,7 +33,14 @@ from harness.procs import wait_for
 from harness.realnode.images import BUSYBOX_IMAGE
 from harness.realnode.node import RealNode
 from kubeclient import KubeClient
-from kubeclient.resources import DEVICE_CLASSES, NAMESPACES, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS
+from kubeclient.resources import (
+    DEVICE_CLASSES,
+    NAMESPACES,
+    PODS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.privileged, pytest.mark.xdist_group(name="realnode")]
 
@@ -184,10 +191,22 @@ def launched(
     try:
         for ns in (vm_ns, chart_ns):
             kube.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        log = real_node.layout.logs / "plugin-kubevirt.log"
         wait_for(
-            lambda: (real_node.layout.kubelet_root / "plugins" / DRIVER / "checkpoint.json").exists(),
-            timeout=60,
-            what="the kubevirt-host plugin to start",
+            lambda: (
+                f'driverName="{DRIVER}"' in real_node.log_text("kubelet")
+                and any(
+                    s["spec"].get("nodeName") == real_node.name
+                    for s in kube.list(RESOURCE_SLICES, field_selector=f"spec.driver={DRIVER}")
+                )
+            ),
+            timeout=90,
+            what=f"{DRIVER} registered with the kubelet and its slices published",
+            abort=lambda: (
+                None
+                if plugin.poll() is None
+                else RuntimeError(f"the plugin exited {plugin.returncode}: {log.read_text()[-2000:]}")
+            ),
         )
         for obj in objects:
             if obj["kind"] == "DeviceClass":
