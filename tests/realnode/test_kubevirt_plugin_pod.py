@@ -30,23 +30,21 @@ from harness.kubevirt.pluginpod import CHART_LABEL, find_plugin_pod
 from harness.kubevirt.verify import plugin_node_view, verify_vmi
 from harness.node.drivers import DriverContext, render_driver_argv
 from harness.procs import wait_for
-from harness.realnode.images import BUSYBOX_IMAGE
 from harness.realnode.node import RealNode
 from kubeclient import KubeClient
 from kubeclient.resources import (
     DEVICE_CLASSES,
     NAMESPACES,
     PODS,
-    RESOURCE_CLAIM_TEMPLATES,
-    RESOURCE_CLAIMS,
     RESOURCE_SLICES,
 )
+from tests.helpers import KUBEVIRT_DRIVER as DRIVER
+from tests.helpers import KUBEVIRT_LAUNCHER as LAUNCHER
+from tests.helpers import create_vm_objects, kubevirt_vm_objects, quiet_pod
 
 pytestmark = [pytest.mark.cluster, pytest.mark.privileged, pytest.mark.xdist_group(name="realnode")]
 
 REAL_NODE_ADDRESS = "127.0.0.4"
-DRIVER = "gpu.nvidia.com"
-LAUNCHER = "virt-launcher-testvm"
 READER = "fakedev-reader"
 
 
@@ -77,28 +75,11 @@ def _plugin(real_node: RealNode, cluster: LocalCluster) -> subprocess.Popen[byte
         )  # fmt: skip
 
 
-def _quiet_pod(name: str, *, node: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "hostNetwork": True,
-            "automountServiceAccountToken": False,
-            "terminationGracePeriodSeconds": 1,
-            "containers": [
-                {"name": "main", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never", "command": ["sleep", "3600"]}
-            ],
-        },
-    }
-
-
 def _reader_pod(real_node: RealNode) -> dict[str, Any]:
     """The chart's pod as far as the reader cares: its label, a plugin-<schema> container naming the roots in its
     arguments, and the two host directories mounted where they are on the node."""
     plugins, cdi_dir = str(real_node.layout.kubelet_root / "plugins"), str(real_node.layout.cdi_dir)
-    pod = _quiet_pod(READER, node=real_node.name)
+    pod = quiet_pod(READER, node=real_node.name)
     pod["metadata"]["labels"] = dict([CHART_LABEL.split("=")])
     container = pod["spec"]["containers"][0]
     container["name"] = "plugin-nvidia"
@@ -111,66 +92,6 @@ def _reader_pod(real_node: RealNode) -> dict[str, Any]:
         {"name": "cdi", "hostPath": {"path": cdi_dir, "type": "Directory"}},
     ]
     return pod
-
-
-def _vm_objects(*, prefix: str, node: str) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
-    """Device classes, the VMI's claim and claim template, its launcher pod (busybox standing in), and the VMI."""
-    classes = [
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": f"{prefix}-{name}"},
-            "spec": {"selectors": [{"cel": {"expression": cel}}]},
-        }
-        for name, cel in (
-            ("passthrough", f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].type == "vfio"'),
-            (
-                "vgpu",
-                f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].type == "vgpu" && '
-                f'device.attributes["{DRIVER}"].vgpuType == "H100XM-20C"',
-            ),
-        )
-    ]
-    claim = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": "vm-gpu"},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": f"{prefix}-passthrough"}}]}},
-    }
-    template = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": "vm-vgpu"},
-        "spec": {
-            "spec": {"devices": {"requests": [{"name": "vgpu", "exactly": {"deviceClassName": f"{prefix}-vgpu"}}]}}
-        },
-    }
-    launcher = _quiet_pod(LAUNCHER, node=node)
-    launcher["metadata"]["labels"] = {"kubevirt.io/domain": "testvm"}
-    launcher["spec"]["resourceClaims"] = [
-        {"name": "passthrough", "resourceClaimName": "vm-gpu"},
-        {"name": "vgpu", "resourceClaimTemplateName": "vm-vgpu"},
-    ]
-    compute = launcher["spec"]["containers"][0]
-    compute["name"] = "compute"
-    compute["resources"] = {"claims": [{"name": "passthrough", "request": "gpu"}, {"name": "vgpu", "request": "vgpu"}]}
-    vmi = {
-        "apiVersion": "kubevirt.io/v1",
-        "kind": "VirtualMachineInstance",
-        "metadata": {"name": "testvm"},
-        "spec": {
-            "resourceClaims": launcher["spec"]["resourceClaims"],
-            "domain": {
-                "devices": {
-                    "gpus": [
-                        {"name": "gpu1", "claimName": "passthrough", "requestName": "gpu"},
-                        {"name": "vgpu1", "claimName": "vgpu", "requestName": "vgpu"},
-                    ]
-                }
-            },
-        },
-    }
-    return [*classes, claim, template], launcher, vmi
 
 
 def _delete_pod(kube: KubeClient, name: str, *, namespace: str) -> None:
@@ -186,7 +107,7 @@ def launched(
     prefix = f"kvpod-{os.urandom(2).hex()}"
     vm_ns, chart_ns = f"{prefix}-vm", f"{prefix}-chart"
     plugin = _plugin(real_node, local_cluster)
-    objects, launcher, vmi = _vm_objects(prefix=prefix, node=real_node.name)
+    objects, launcher, vmi = kubevirt_vm_objects(prefix=prefix, node=real_node.name)
     vmi["metadata"]["namespace"] = vm_ns
     try:
         for ns in (vm_ns, chart_ns):
@@ -208,12 +129,7 @@ def launched(
                 else RuntimeError(f"the plugin exited {plugin.returncode}: {log.read_text()[-2000:]}")
             ),
         )
-        for obj in objects:
-            if obj["kind"] == "DeviceClass":
-                kube.create(DEVICE_CLASSES, obj)
-            else:
-                kind = RESOURCE_CLAIMS if obj["kind"] == "ResourceClaim" else RESOURCE_CLAIM_TEMPLATES
-                kube.create(kind, obj, namespace=vm_ns)
+        create_vm_objects(kube, objects, namespace=vm_ns)
         kube.create(PODS, launcher, namespace=vm_ns)
         kube.create(PODS, _reader_pod(real_node), namespace=chart_ns)
         wait_pod_phase(kube, LAUNCHER, namespace=vm_ns, phase="Running", timeout=120)
