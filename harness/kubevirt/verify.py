@@ -4,7 +4,7 @@ Given a VMI manifest, its launcher pod and the node that runs it, the verifier:
 
 1. applies KubeVirt's admission rules for DRA devices (:mod:`harness.kubevirt.vmi`);
 2. rebuilds the compute container's view of the device-metadata tree from the CDI edits the node injected (the
-   CDI IDs in the node's DRA checkpoint, resolved in its CDI directories) and reads it as virt-launcher does
+   CDI IDs of the pod's prepared claims, resolved in the node's CDI directories) and reads it as virt-launcher does
    (:mod:`harness.kubevirt.launcher`), rendering the ``<hostdev>`` XML;
 3. cross-checks each device against the ResourceSlice (pciBusID and pcieRoot agree, no ``mdevUUID`` on a device the
    slice publishes as PCI passthrough), the claim's allocation, sysfs (the device bound to vfio-pci, its IOMMU
@@ -12,12 +12,16 @@ Given a VMI manifest, its launcher pod and the node that runs it, the verifier:
 4. optionally compares with what the launcher stand-in printed inside the container.
 
 Every rule checked becomes a :class:`Finding`; the report fails when any finding does.
+
+The node-side facts are read through a :class:`~harness.kubevirt.nodefiles.NodeFiles`: the local filesystem for an
+emulated node (:func:`emulated_node_view`, the kubelet checkpoint names the prepared claims), or the chart's plugin pod
+on a real node (:func:`plugin_node_view`, the plugins' own checkpoints name them).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Final
@@ -25,6 +29,7 @@ from typing import Any, Final
 import yaml
 
 import cdi
+from cdi.loader import SPEC_SUFFIXES
 from harness.errors import LauncherError, VerifyError
 from harness.kubevirt.launcher import (
     ATTRIBUTES_ROOT,
@@ -35,6 +40,8 @@ from harness.kubevirt.launcher import (
     read_host_device,
     render_hostdev,
 )
+from harness.kubevirt.nodefiles import LocalNodeFiles, NodeFiles
+from harness.kubevirt.pluginpod import PluginPod
 from harness.kubevirt.vmi import Finding, check_admission, dra_devices
 from harness.node.dra_manager import parse_checkpoint
 from harness.node.layout import NodeLayout
@@ -50,17 +57,27 @@ _HOSTDEV: Final = re.compile(r"<hostdev\b.*?</hostdev>", re.DOTALL)
 
 
 @dataclass(frozen=True, kw_only=True)
-class NodeView:
-    """Where the node keeps what the verifier reads."""
+class PreparedClaim:
+    """A claim the node prepared, with the devices (and their CDI IDs) one driver or all of them returned."""
 
-    cdi_dirs: tuple[Path, ...]
-    checkpoint: Path
-    """The node's DRA checkpoint (claim → prepared devices and their CDI IDs)."""
-    sysfs_roots: Mapping[str, Path] = field(default_factory=dict)
+    namespace: str
+    name: str
+    devices: tuple[PreparedDevice, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeView:
+    """What the verifier reads on the node, and how it reads it."""
+
+    files: NodeFiles
+    cdi_dirs: tuple[PurePosixPath, ...]
+    claims: tuple[PreparedClaim, ...]
+    """The prepared claims (from a checkpoint: the kubelet's, or each plugin's)."""
+    sysfs_roots: Mapping[str, PurePosixPath] = field(default_factory=dict)
     """Driver → the sysfs tree its devices live in; unlisted drivers use ``/sys``."""
 
-    def sysfs(self, driver: str) -> Path:
-        return self.sysfs_roots.get(driver, Path("/sys"))
+    def sysfs(self, driver: str) -> PurePosixPath:
+        return self.sysfs_roots.get(driver, PurePosixPath("/sys"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,16 +108,18 @@ class Report:
 # -- the container's view, rebuilt from CDI ------------------------------------------------------------------------
 
 
-def container_view(*, edits: Sequence[cdi.ContainerEdits]) -> tuple[ContainerFiles, tuple[cdi.DeviceNode, ...]]:
+def container_view(
+    *, edits: Sequence[cdi.ContainerEdits], node_files: NodeFiles
+) -> tuple[ContainerFiles, tuple[cdi.DeviceNode, ...]]:
     """The attributes tree as bind mounts make it appear in the container, and the device nodes it gets."""
-    files: dict[PurePosixPath, Path] = {}
+    files: dict[PurePosixPath, PurePosixPath] = {}
     nodes: list[cdi.DeviceNode] = []
     for e in edits:
         nodes += e.device_nodes
         for m in e.mounts:
             target = PurePosixPath(m.container_path)
             if target.is_relative_to(ATTRIBUTES_ROOT):
-                files[target] = Path(m.host_path)
+                files[target] = PurePosixPath(m.host_path)
 
     def list_dir(directory: PurePosixPath) -> list[str]:
         names = [p.name for p in files if p.parent == directory]
@@ -109,13 +128,42 @@ def container_view(*, edits: Sequence[cdi.ContainerEdits]) -> tuple[ContainerFil
         return names
 
     def read(path: PurePosixPath) -> bytes:
-        return files[path].read_bytes()
+        return node_files.read_bytes(files[path])
 
     return ContainerFiles(list_dir=list_dir, read=read), tuple(nodes)
 
 
-def _edits(ids: Sequence[str], *, cdi_dirs: Sequence[Path]) -> list[cdi.ContainerEdits]:
-    registry = cdi.load_registry(spec_dirs=list(cdi_dirs))
+def scan_cdi_dirs(files: NodeFiles, *, cdi_dirs: Sequence[PurePosixPath]) -> cdi.ScanResult:
+    """What :func:`cdi.scan_spec_dirs` finds, read through ``files``: every spec directly in each directory, sorted,
+    later directories winning; a missing directory is empty, a spec that fails to read or parse is an error."""
+    specs: list[cdi.LoadedSpec] = []
+    errors: list[cdi.CdiError] = []
+    for priority, spec_dir in enumerate(cdi_dirs):
+        try:
+            names = files.list_dir(spec_dir)
+        except FileNotFoundError:
+            continue
+        for name in names:
+            path = spec_dir / name
+            if path.suffix not in SPEC_SUFFIXES:
+                continue
+            try:
+                text = files.read_bytes(path).decode("utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                errors.append(cdi.SpecReadError(f"cannot read CDI spec {path}: {exc}", path=Path(path)))
+                continue
+            fmt: cdi.SpecFormat = "json" if path.suffix == ".json" else "yaml"
+            try:
+                spec = cdi.parse_spec_text(text, source=str(path), fmt=fmt)
+            except cdi.CdiError as exc:
+                errors.append(exc)
+                continue
+            specs.append(cdi.LoadedSpec(spec=spec, path=Path(path), priority=priority))
+    return cdi.ScanResult(specs=tuple(specs), errors=tuple(errors))
+
+
+def _edits(ids: Sequence[str], *, node: NodeView) -> list[cdi.ContainerEdits]:
+    registry = cdi.build_registry(scan=scan_cdi_dirs(node.files, cdi_dirs=node.cdi_dirs))
     out = []
     for resolved in registry.resolve_all(ids):
         if resolved.source.spec.container_edits is not None:
@@ -211,8 +259,7 @@ def _check_device(
             detail=f"{tag}: metadata pcieRoot {meta_root}, slice {slice_root}",
         )
     )
-    sysfs = node.sysfs(driver)
-    group = _sysfs_checks(host, sysfs=sysfs, tag=tag, out=out)
+    group = _sysfs_checks(host, files=node.files, sysfs=node.sysfs(driver), tag=tag, out=out)
     paths = {n.path for n in nodes}
     want = {"/dev/vfio/vfio"} | ({f"/dev/vfio/{group}"} if group is not None else set())
     missing = sorted(want - paths)
@@ -228,26 +275,28 @@ def _check_device(
     return out
 
 
-def _sysfs_checks(host: HostDevice, *, sysfs: Path, tag: str, out: list[Finding]) -> int | None:
+def _sysfs_checks(
+    host: HostDevice, *, files: NodeFiles, sysfs: PurePosixPath, tag: str, out: list[Finding]
+) -> int | None:
     """sysfs facts for the device; returns its IOMMU group (None when sysfs cannot tell)."""
     if host.kind == "mdev":
         mdev = sysfs / "bus" / "mdev" / "devices" / host.address
-        ok = mdev.exists()
+        ok = files.exists(mdev)
+        mdev_type = files.read_bytes(mdev / "mdev_type" / "name").decode().strip() if ok else ""
         out.append(
             Finding(
                 rule="sysfs/mdev",
                 ok=ok,
-                detail=f"{tag}: {mdev} "
-                + (f"exists (type {(mdev / 'mdev_type' / 'name').read_text().strip()})" if ok else "does not exist"),
+                detail=f"{tag}: {mdev} " + (f"exists (type {mdev_type})" if ok else "does not exist"),
             )
         )
         group_link = mdev / "iommu_group"
     else:
         device = sysfs / "bus" / "pci" / "devices" / host.address
-        if not device.exists():
+        if not files.exists(device):
             out.append(Finding(rule="sysfs/pci-device", ok=False, detail=f"{tag}: {device} does not exist"))
             return None
-        bound = (device / "driver").resolve().name if (device / "driver").exists() else None
+        bound = files.resolve(device / "driver").name if files.exists(device / "driver") else None
         out.append(
             Finding(
                 rule="sysfs/vfio-bound",
@@ -256,10 +305,10 @@ def _sysfs_checks(host: HostDevice, *, sysfs: Path, tag: str, out: list[Finding]
             )
         )
         group_link = device / "iommu_group"
-    if not group_link.exists():
+    if not files.exists(group_link):
         out.append(Finding(rule="sysfs/iommu-group", ok=False, detail=f"{tag}: {group_link} is missing"))
         return None
-    group = int(group_link.resolve().name)
+    group = int(files.resolve(group_link).name)
     out.append(Finding(rule="sysfs/iommu-group", ok=True, detail=f"{tag}: IOMMU group {group}"))
     return group
 
@@ -288,20 +337,17 @@ def verify_vmi(
     namespace = pod["metadata"]["namespace"]
     containers = pod["spec"]["containers"]
     compute = next((c for c in containers if c["name"] == COMPUTE_CONTAINER), containers[0])
-    try:
-        prepared_claims = parse_checkpoint(node.checkpoint.read_bytes(), source=str(node.checkpoint))
-    except OSError as exc:
-        raise VerifyError(f"{node.checkpoint}: cannot read the node's DRA checkpoint: {exc.strerror}") from exc
-    prepared: dict[str, list[PreparedDevice]] = {
-        c.name: c.all_devices() for c in prepared_claims.values() if c.namespace == namespace
-    }
+    prepared: dict[str, list[PreparedDevice]] = {}
+    for c in node.claims:
+        if c.namespace == namespace:
+            prepared.setdefault(c.name, []).extend(c.devices)
     ids = compute_container_cdi_ids(pod=pod, container=compute, prepared=prepared)
     try:
-        edits = _edits(ids, cdi_dirs=node.cdi_dirs)
+        edits = _edits(ids, node=node)
     except cdi.CdiError as exc:
         findings.append(Finding(rule="cdi/resolve", ok=False, detail=str(exc)))
         edits = []
-    files, device_nodes = container_view(edits=edits)
+    files, device_nodes = container_view(edits=edits, node_files=node.files)
     claim_names = {c.pod_claim_name: c.claim_name for c in compute_pod_claims(pod)}
     devices = dra_devices(vmi)
     hosts: list[HostDevice] = []
@@ -355,10 +401,55 @@ def verify_vmi(
 
 
 def emulated_node_view(layout: NodeLayout) -> NodeView:
-    """An emulated node's CDI dir, DRA checkpoint, and each fake plugin's sysfs tree (``plugins/<driver>/sys``)."""
+    """An emulated node's CDI dir, DRA checkpoint, and each fake plugin's sysfs tree (``plugins/<driver>/sys``),
+    read from the local filesystem."""
     plugins = layout.plugins
     sysfs = {p.name: p / "sys" for p in plugins.iterdir() if (p / "sys").is_dir()} if plugins.is_dir() else {}
-    return NodeView(cdi_dirs=(layout.cdi,), checkpoint=layout.dra_checkpoint, sysfs_roots=sysfs)
+    try:
+        kubelet_claims = parse_checkpoint(layout.dra_checkpoint.read_bytes(), source=str(layout.dra_checkpoint))
+    except OSError as exc:
+        raise VerifyError(f"{layout.dra_checkpoint}: cannot read the node's DRA checkpoint: {exc.strerror}") from exc
+    claims = tuple(
+        PreparedClaim(namespace=c.namespace, name=c.name, devices=tuple(c.all_devices()))
+        for c in kubelet_claims.values()
+    )
+    return NodeView(
+        files=LocalNodeFiles(),
+        cdi_dirs=(PurePosixPath(layout.cdi),),
+        claims=claims,
+        sysfs_roots={driver: PurePosixPath(root) for driver, root in sysfs.items()},
+    )
+
+
+PLUGIN_CHECKPOINT: Final = "checkpoint.json"
+PLUGIN_SYSFS: Final = "sys"
+
+ReadPluginCheckpoint = Callable[[bytes, str], Sequence[PreparedClaim]]
+"""(a plugin checkpoint's bytes, where it was read) → the claims it records; the plugin owns that format."""
+
+
+def plugin_node_view(plugin: PluginPod, *, files: NodeFiles, read_checkpoint: ReadPluginCheckpoint) -> NodeView:
+    """A node running the chart's plugins, read through ``files`` (the plugin pod): each driver's directory under
+    the kubelet root's ``plugins`` holds its checkpoint (the claims it prepared, with their CDI IDs) and its fake
+    sysfs; the CDI dir is the plugin's. The kubelet's own checkpoint is not in the pod, and not needed: the claims a
+    pod uses are prepared by the plugins of their drivers."""
+    claims: list[PreparedClaim] = []
+    sysfs: dict[str, PurePosixPath] = {}
+    try:
+        drivers = files.list_dir(plugin.plugins_dir)
+    except FileNotFoundError as exc:
+        raise VerifyError(f"{plugin.plugins_dir} is missing in {files.where}: is the plugins dir mounted?") from exc
+    for driver in drivers:
+        directory = plugin.plugins_dir / driver
+        checkpoint = directory / PLUGIN_CHECKPOINT
+        try:
+            data = files.read_bytes(checkpoint)
+        except FileNotFoundError:
+            continue  # not a fake plugin's directory (or one that never prepared anything)
+        claims += read_checkpoint(data, f"{checkpoint} in {files.where}")
+        if files.exists(directory / PLUGIN_SYSFS):
+            sysfs[driver] = directory / PLUGIN_SYSFS
+    return NodeView(files=files, cdi_dirs=(plugin.cdi_dir,), claims=tuple(claims), sysfs_roots=sysfs)
 
 
 def emulated_container_log(layout: NodeLayout, *, pod: Mapping[str, Any], container: str) -> str | None:
