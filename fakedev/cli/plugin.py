@@ -100,8 +100,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--rolling-update-uid",
         default=None,
-        help="run as one of two instances during a rolling update: per-instance socket names, "
-        "prepare/unprepare serialized through a file lock",
+        help="run as one of two instances during a rolling update (the pod's UID): socket names carry its first 8 "
+        "characters (dra-<uid[:8]>.sock, …), prepare/unprepare serialized through a file lock",
     )
     api = p.add_mutually_exclusive_group()
     api.add_argument("--kubeconfig", type=Path, default=None, help="kubeconfig (default: $KUBECONFIG)")

@@ -3,7 +3,6 @@ and memory. Examples per run: ``FAKEDEV_FUZZ_EXAMPLES`` (default 200)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
 import pytest
@@ -14,14 +13,20 @@ from fakedev.model.inventory import resolve_inventory
 from fakedev.model.profile import NodeProfile, parse_profile
 from fakedev.render import render_node
 from tests.fuzz.fuzzing import MARKS, Figures
-from tests.fuzz.yaml_mutations import Stats, assert_no_nan, bounded, documents, fuzz_target, seed_files
+from tests.fuzz.yaml_mutations import (
+    POSITIONED_ERROR,
+    Stats,
+    assert_no_nan,
+    bounded,
+    documents,
+    fuzz_target,
+    seed_files,
+)
 
 pytestmark = MARKS
 
 SEEDS = seed_files("fakedev/model/profiles/*.yaml", "scenarios/profiles/*.yaml")
 STATS = Stats(name="profiles")
-# Every error names the file and a line (and a column when the YAML itself was refused).
-ERROR = re.compile(r"^fuzz\.yaml:\d+(:\d+)?: \S")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -40,12 +45,11 @@ def test_the_seeds_are_valid_profiles() -> None:
 @fuzz_target
 @given(data=documents(SEEDS))
 def test_any_profile_is_a_clean_error_or_renders(data: str | bytes, figures: Figures) -> None:
-    size = len(data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass"))
-    with bounded(STATS, size=size, figures=figures) as accept:
+    with bounded(STATS, data=data, figures=figures) as accept:
         try:
             profile = parse_profile(data, source="fuzz.yaml")
         except ProfileError as exc:
-            assert ERROR.match(str(exc)), str(exc)
+            assert POSITIONED_ERROR.match(str(exc)), str(exc)
             return
         accept()
         assert isinstance(profile, NodeProfile)

@@ -3,7 +3,6 @@ timeouts are within bounds, in bounded time and memory. Examples per run: ``FAKE
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
 import pytest
@@ -12,13 +11,20 @@ from hypothesis import given
 from harness.drills.scenario import MAX_SECONDS, Scenario, parse_scenario
 from harness.errors import ScenarioError
 from tests.fuzz.fuzzing import MARKS, Figures
-from tests.fuzz.yaml_mutations import Stats, assert_no_nan, bounded, documents, fuzz_target, seed_files
+from tests.fuzz.yaml_mutations import (
+    POSITIONED_ERROR,
+    Stats,
+    assert_no_nan,
+    bounded,
+    documents,
+    fuzz_target,
+    seed_files,
+)
 
 pytestmark = MARKS
 
 SEEDS = seed_files("scenarios/*.yaml", "scenarios/matrix/*.yaml", "scenarios/upstream/*.yaml")
 STATS = Stats(name="scenarios")
-ERROR = re.compile(r"^fuzz\.yaml:\d+(:\d+)?: \S")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -37,12 +43,11 @@ def test_the_seeds_are_valid_scenarios() -> None:
 @fuzz_target
 @given(data=documents(SEEDS))
 def test_any_scenario_is_a_clean_error_or_well_formed(data: str | bytes, figures: Figures) -> None:
-    size = len(data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass"))
-    with bounded(STATS, size=size, figures=figures) as accept:
+    with bounded(STATS, data=data, figures=figures) as accept:
         try:
             scenario = parse_scenario(data, source="fuzz.yaml")
         except ScenarioError as exc:
-            assert ERROR.match(str(exc)), str(exc)
+            assert POSITIONED_ERROR.match(str(exc)), str(exc)
             return
         accept()
         assert isinstance(scenario, Scenario)

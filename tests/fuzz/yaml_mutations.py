@@ -19,12 +19,13 @@ import contextlib
 import json
 import math
 import os
+import re
 import resource
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import yaml
 from hypothesis import seed as hypothesis_seed
@@ -40,6 +41,8 @@ DEADLINE_SECONDS = 2.0
 readers answer in milliseconds, rendering the largest allowed profile takes 0.2 s; the old readers took 9 s and more
 on an alias bomb."""
 MEMORY_HEADROOM = 1 << 30
+POSITIONED_ERROR: Final = re.compile(r"^fuzz\.yaml:\d+(:\d+)?: \S")
+"""What every refusal of a fuzzed file looks like: the file and a line (and a column when YAML itself refused it)."""
 """Address space an example may add to the process before allocations fail (a MemoryError fails the test)."""
 
 _F = TypeVar("_F", bound=Callable[..., None])
@@ -92,12 +95,13 @@ def _address_space() -> int:
 
 
 @contextlib.contextmanager
-def bounded(stats: Stats, *, size: int, figures: Figures) -> Iterator[Callable[[], None]]:
-    """Run one example with at most :data:`MEMORY_HEADROOM` more address space, then check its time; ``figures``
-    gets it for the table ``make fuzz`` prints.
+def bounded(stats: Stats, *, data: str | bytes, figures: Figures) -> Iterator[Callable[[], None]]:
+    """Run one example (``data``, whose encoded size is recorded) with at most :data:`MEMORY_HEADROOM` more
+    address space, then check its time; ``figures`` gets it for the table ``make fuzz`` prints.
 
     The caller calls the yielded function once the input was accepted (not refused).
     """
+    size = len(data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass"))
     accepted = False
 
     def accept() -> None:
