@@ -208,6 +208,7 @@ class PluginApp:
         await asyncio.to_thread(core.load)
         server = PluginServer(paths=paths, core=core, health=devices.health, record_calls=s.record_calls)
         publisher = SlicePublisher(api=api, render=devices.render_slices) if api is not None and s.publish else None
+        devices.publishing = publisher is not None
         fabric = {f"gpu-{g.index}": g.fabric_attach for g in inventory.example_gpus if g.fabric_attach is not None}
         binding = (
             BindingReporter(api=api, driver=driver, pool=s.node_name, outcomes=fabric)
@@ -313,9 +314,11 @@ class PluginApp:
         while True:
             await self.devices.republish.wait()
             self.devices.republish.clear()
+            change = self.devices.changes  # the slices rendered below include every change made so far
             try:
                 await asyncio.to_thread(publisher.sync)
                 delay = 0.2
+                self.devices.mark_published(change)
             except KubeApiError as exc:
                 log.warning(
                     "publishing slices failed; retrying", extra={"fields": {"error": str(exc), "retry_s": delay}}

@@ -1,12 +1,14 @@
 """The devices one plugin publishes and what happened to them: health on the stream, taints in the slices.
 
 Every change of a device's health goes through :meth:`DeviceBoard.set_health` (the control socket, NIC discovery,
-the link watcher); a change sets :attr:`DeviceBoard.republish` so the publisher writes the slices again.
+the link watcher); a change sets :attr:`DeviceBoard.republish` so the publisher writes the slices again, and
+counts in :attr:`DeviceBoard.changes`, so a caller can wait until the API shows it (:meth:`DeviceBoard.shows`).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fakedev.errors import FakedevError
@@ -32,6 +34,12 @@ class DeviceBoard:
     health: HealthBoard
     taints: dict[DeviceRef, list[DeviceTaint]] = field(default_factory=dict)
     republish: asyncio.Event = field(default_factory=asyncio.Event)
+    changes: int = 0
+    """How many health/taint changes were made; :attr:`published_changes` is how many of them the slices show."""
+    published_changes: int = 0
+    publishing: bool = False
+    """Whether a publisher writes the slices; without one, nothing waits for the API to show a change."""
+    on_published: list[Callable[[], None]] = field(default_factory=list)
 
     @classmethod
     def build(
@@ -87,7 +95,19 @@ class DeviceBoard:
             self.taints[ref] = [taint]
         elif health == Health.HEALTHY:
             self.taints.pop(ref, None)
+        self.changes += 1
         self.republish.set()
+
+    def shows(self, change: int) -> bool:
+        """Whether the published slices include change number ``change`` (always, when nothing publishes)."""
+        return not self.publishing or self.published_changes >= change
+
+    def mark_published(self, change: int) -> None:
+        """The publisher wrote slices rendered after change number ``change``."""
+        if change > self.published_changes:
+            self.published_changes = change
+            for hook in self.on_published:
+                hook()
 
     def status(self) -> list[DeviceStatusJson]:
         devices: list[DeviceStatusJson] = []

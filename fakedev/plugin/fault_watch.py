@@ -70,7 +70,12 @@ class Changed:
     object: JsonObj
 
 
-Seen = Listed | Changed
+@dataclass(frozen=True, kw_only=True)
+class Published:
+    """The publisher wrote the slices again: statuses waiting for a taint to show may be written now."""
+
+
+Seen = Listed | Changed | Published
 
 
 def render_device_taint(taint: TaintSpec) -> DeviceTaint:
@@ -149,6 +154,8 @@ class FaultWatcher:
     _written: dict[str, Mapping[str, object]] = field(default_factory=dict)
     """The status last written per UID, so one write is not repeated before the watch echoes it."""
     _retry_at: datetime.datetime | None = None
+    _shown_at: int = 0
+    """The board change the slices must show before a status is written: Applied means the API shows the fault."""
     _source: FaultSource | None = None
 
     @classmethod
@@ -163,6 +170,11 @@ class FaultWatcher:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Seen] = asyncio.Queue()
         self._source = FaultSource(api=self.api, node_name=self.node_name, driver=self.driver)
+
+        def wake() -> None:
+            queue.put_nowait(Published())
+
+        self.board.on_published.append(wake)
         # A thread of its own, not the loop's executor: a watch blocks for minutes, and the executor is joined when
         # the plugin stops; this one is a daemon the process does not wait for.
         threading.Thread(target=self._source.run, args=(queue, loop), name="device-faults", daemon=True).start()
@@ -176,6 +188,7 @@ class FaultWatcher:
                     pass  # an until passed, or status writes are due again
                 await self.reconcile(now=utc_now())
         finally:
+            self.board.on_published.remove(wake)
             self._source.stop()
 
     def _wait_seconds(self) -> float | None:
@@ -189,6 +202,8 @@ class FaultWatcher:
 
     def _take(self, seen: Seen) -> None:
         match seen:
+            case Published():
+                pass  # only wakes the loop, so the statuses held back are written
             case Listed():
                 self._objects = {}
                 for obj in seen.objects:
@@ -256,6 +271,7 @@ class FaultWatcher:
                 message=want.message,
                 taint=None if want.taint is None else render_device_taint(want.taint),
             )
+            self._shown_at = self.board.changes
         self._device_states = {device: state for device, state in states.items() if state != CLEAN}
 
     def _apply_prepare(self, outcomes: Mapping[str, Outcome]) -> None:
@@ -276,6 +292,8 @@ class FaultWatcher:
 
     async def _write_statuses(self, *, now: datetime.datetime) -> None:
         self._retry_at = None
+        if not self.board.shows(self._shown_at):
+            return  # the publisher has not written the new health and taints yet; its Published wakes us
         for uid, outcome in self._outcomes.items():
             fault = self._objects[uid]
             status = render_status(outcome)

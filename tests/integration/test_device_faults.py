@@ -116,7 +116,8 @@ def test_taint_fault_is_published_in_the_slice(
         devices = {d["name"]: d.get("taints") for d in s["spec"]["devices"]}
         return [n for n, t in devices.items() if t] == ["gpu-1"] and devices["gpu-1"][0]["key"] == taint["key"]
 
-    wait_for(tainted, timeout=20, what="gpu-1 tainted in the slice")
+    _status_of(kube, unique_name, "Applied")
+    assert tainted()  # Applied is written only once the slice shows the taint
     (published,) = kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={emulated_node}")
     got = next(d for d in published["spec"]["devices"] if d["name"] == "gpu-1")["taints"][0]
     assert {k: got[k] for k in ("key", "value", "effect")} == taint

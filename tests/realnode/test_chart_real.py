@@ -210,6 +210,7 @@ def test_the_chart_installs_serves_faults_upgrades_and_uninstalls_on_a_real_kube
                 timeout=60,
                 what="the DeviceFault applied by the in-cluster plugin",
             )
+            # No wait: the plugin writes Applied only once the published slice shows the taint.
             assert [t["effect"] for t in _device_taints(kube, node=node, device=device)] == ["NoExecute"]
             wait_for(
                 lambda: kube.get_or_none(PODS, name, namespace=test_namespace) is None,
