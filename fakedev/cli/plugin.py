@@ -13,13 +13,13 @@ from typing import Any
 
 from fakedev import logs
 from fakedev.driver.crash import crash_at_from_env
-from fakedev.errors import CrashPointError
+from fakedev.errors import CrashPointError, ProfileError
 from fakedev.model.inventory import resolve_inventory
 from fakedev.plugin.app import DEFAULT_CDI_DIR, DEFAULT_KUBELET_ROOT, PluginSettings, run_plugin
 from fakedev.plugin.nodeprofile import profile_from_node
 from fakedev.plugin.tuning import tune_for_serving
 from fakedev.profiles import load_profile
-from fakedev.render import Schema, default_schemas
+from fakedev.render import Schema, SchemaPin, default_schemas, parse_schema, schema_choices
 from kubeclient import Credentials, KubeClient, credentials_from_kubeconfig, credentials_in_cluster
 
 log = logging.getLogger("fakedev.plugin")
@@ -68,9 +68,11 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--schema",
-        choices=[s.value for s in Schema],
+        type=_schema_arg,
         default=None,
-        help="which driver's schema to serve when the profile has several (nvidia, dranet, example)",
+        metavar="SCHEMA[@RELEASE]",
+        help="which driver's schema to serve when the profile has several, optionally pinned to a release of the "
+        f"real driver (the profile's `releases:`, else the newest release, is the default): {schema_choices()}",
     )
     p.add_argument(
         "--if-schema-absent",
@@ -167,6 +169,13 @@ def _check_arguments(args: argparse.Namespace) -> None:
         raise SystemExit("fakedev plugin: --if-schema-absent idle needs --schema (which schema may be absent)")
 
 
+def _schema_arg(text: str) -> tuple[Schema, SchemaPin]:
+    try:
+        return parse_schema(text)
+    except ProfileError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 def _choose_profile(args: argparse.Namespace, credentials: Credentials | None) -> str:
     if args.profile_from_node_label is None:
         return str(args.profile)
@@ -210,7 +219,7 @@ def _run(args: argparse.Namespace) -> int:
         raise SystemExit(f"fakedev plugin: {exc}") from exc
     credentials = _credentials(args)
     profile = _choose_profile(args, credentials)
-    schema = Schema(args.schema) if args.schema else None
+    schema, pin = args.schema if args.schema else (None, None)
     if args.if_schema_absent == AbsentSchema.IDLE and _schema_absent(
         profile=profile, node_name=args.node_name, schema=schema
     ):
@@ -222,6 +231,7 @@ def _run(args: argparse.Namespace) -> int:
         profile=profile,
         node_name=args.node_name,
         schema=schema,
+        pin=pin,
         driver_name=args.driver_name,
         kubelet_root=args.kubelet_root,
         cdi_dir=args.cdi_dir,

@@ -20,6 +20,7 @@ from fakedev.model import catalog, mig, nic
 from fakedev.model.catalog import GpuProduct
 from fakedev.model.nic import LinkType, NicProduct
 from fakedev.model.pci import Bdf, PcieRoot, parse_cpulist, sriov_vf_address
+from fakedev.model.releases import RELEASES, DriverReleases, Extension, SchemaPin
 from yamlsafe import ScalarValue, YamlError, YamlMap, YamlNode, YamlScalar, YamlSeq, kind_of, read_document
 
 _S = TypeVar("_S", "GpuSpec", "NicSpec")
@@ -146,6 +147,10 @@ class NodeProfile:
     description: str = ""
     software: NvidiaSoftware = field(default_factory=NvidiaSoftware)
     features: Features = field(default_factory=Features)
+    releases: DriverReleases = field(default_factory=DriverReleases)
+    """The release of each real driver the node imitates (``releases:``; ``--schema x@release`` overrides)."""
+    extensions: frozenset[Extension] = frozenset()
+    """fakedev's own additions the profile opts into (``extensions:``), which no driver release publishes."""
     numa_nodes: tuple[NumaNodeSpec, ...] = ()
     roots: tuple[PcieRoot, ...] = ()
     gpus: tuple[GpuSpec, ...] = ()
@@ -229,6 +234,8 @@ _TOP_KEYS: Final = (
     "description",
     "nvidia",
     "features",
+    "releases",
+    "extensions",
     "numaNodes",
     "pcieRoots",
     "gpus",
@@ -258,6 +265,9 @@ def parse_profile(text: str | bytes, *, source: str) -> NodeProfile:
     nic_drafts = tuple(_nic(at, roots=roots) for at in nic_items)
     features = _features(top.get("features"))
     _check_vgpu_features(gpu_drafts, features=features)
+    releases = _releases(top.get("releases"))
+    extensions = _extensions(top.get("extensions"))
+    _check_extensions(gpu_drafts, features=features, extensions=extensions, root=top)
     gpus, nics = _place(gpus=gpu_drafts, nics=nic_drafts, roots=roots)
     virtual = _virtual_nics(top.get("virtualNics"), nics=nics)
     example = _example(top["example"]) if "example" in top else None
@@ -269,6 +279,8 @@ def parse_profile(text: str | bytes, *, source: str) -> NodeProfile:
         description=top["description"].string(longest=DESCRIPTION_MAX) if "description" in top else "",
         software=_software(top.get("nvidia")),
         features=features,
+        releases=releases,
+        extensions=extensions,
         numa_nodes=numa,
         roots=roots,
         gpus=gpus,
@@ -468,6 +480,53 @@ def _features(at: _At | None) -> Features:
         compatibility_groups=f["compatibilityGroups"].boolean() if "compatibilityGroups" in f else False,
         partition_type_attribute=f["partitionTypeAttribute"].boolean() if "partitionTypeAttribute" in f else False,
     )
+
+
+def _releases(at: _At | None) -> DriverReleases:
+    if at is None:
+        return DriverReleases()
+    f = at.fields(known=tuple(RELEASES))
+    releases = DriverReleases()
+    for schema, kind in RELEASES.items():
+        if schema in f:
+            text = f[schema].string()
+            try:
+                releases = releases.pinned(SchemaPin(schema=schema, release=kind(text)))
+            except ValueError:
+                f[schema].fail(f"unknown {schema} release {text!r} (known: {', '.join(r.value for r in kind)})")
+    return releases
+
+
+def _extensions(at: _At | None) -> frozenset[Extension]:
+    if at is None:
+        return frozenset()
+    chosen: set[Extension] = set()
+    for item in at.items(most=len(Extension), what="extensions"):
+        text = item.string()
+        try:
+            chosen.add(Extension(text))
+        except ValueError:
+            item.fail(f"unknown extension {text!r} (known: {', '.join(e.value for e in Extension)})")
+    return frozenset(chosen)
+
+
+def _check_extensions(
+    drafts: tuple[_GpuDraft, ...], *, features: Features, extensions: frozenset[Extension], root: dict[str, _At]
+) -> None:
+    # No NVIDIA driver release publishes vGPU devices or compatibility groups: a profile that wants them says so,
+    # so nobody mistakes them for what the real driver does.
+    if Extension.VGPU in extensions:
+        return
+    for draft in drafts:
+        if draft.vgpu is not None and draft.vgpu_at is not None:
+            draft.vgpu_at.fail(
+                "vGPU devices are fakedev's own model (no release of the NVIDIA DRA driver publishes them): "
+                "opt in with `extensions: [vgpu]`"
+            )
+    if features.compatibility_groups and "features" in root:
+        root["features"].fail(
+            "compatibility groups are published only for vGPU, fakedev's own model: opt in with `extensions: [vgpu]`"
+        )
 
 
 def _check_vgpu_features(drafts: tuple[_GpuDraft, ...], *, features: Features) -> None:

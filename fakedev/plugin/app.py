@@ -15,7 +15,7 @@ import gc
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final
 
@@ -40,7 +40,7 @@ from fakedev.plugin.protocol import StatusBody, render_call_fault
 from fakedev.plugin.server import PluginServer
 from fakedev.profiles import load_profile
 from fakedev.publisher import SlicePublisher
-from fakedev.render import Schema, default_schemas
+from fakedev.render import Schema, SchemaPin, default_schemas
 from fakedev.sysfs import write_sysfs
 from kubeclient import Credentials, KubeClient
 from kubeclient.values import TaintEffect
@@ -59,6 +59,8 @@ class PluginSettings:
     profile: str
     node_name: str
     schema: Schema | None = None
+    pin: SchemaPin | None = None
+    """``--schema`` as given: its release, if any, overrides the profile's ``releases``."""
     driver_name: str | None = None
     kubelet_root: Path = DEFAULT_KUBELET_ROOT
     cdi_dir: Path = DEFAULT_CDI_DIR
@@ -166,7 +168,10 @@ class PluginApp:
         """
         started = time.monotonic()
         s = settings
-        inventory = resolve_inventory(load_profile(s.profile), node_name=s.node_name)
+        profile = load_profile(s.profile)
+        if s.pin is not None:
+            profile = replace(profile, releases=profile.releases.pinned(s.pin))
+        inventory = resolve_inventory(profile, node_name=s.node_name)
         schema = choose_schema(inventory, requested=s.schema, profile=s.profile)
         driver = s.driver_name or schema.driver
         devices = DeviceBoard.build(
@@ -291,6 +296,7 @@ class PluginApp:
                 "fields": {
                     "driver": self.driver,
                     "node": self.settings.node_name,
+                    "schema": self.devices.inventory.profile.releases.name_of(self.devices.schema.value),
                     "devices": len(self.devices.rendered.devices),
                     "seconds": round(seconds, 3),
                 }

@@ -16,7 +16,15 @@ from fakedev.render.example import plan_example
 from fakedev.render.limits import check_slices
 from fakedev.render.nvidia import plan_nvidia
 from fakedev.render.pool import PoolPlan, build_slices
-from fakedev.render.published import DeviceRef, PublishedDevice, RenderedNode, Schema
+from fakedev.render.published import (
+    DeviceRef,
+    PublishedDevice,
+    RenderedNode,
+    Schema,
+    SchemaPin,
+    parse_schema,
+    schema_choices,
+)
 from fakedev.render.types import DeviceTaint, OwnerReference, ResourceSlice
 
 __all__ = [
@@ -24,9 +32,12 @@ __all__ = [
     "PublishedDevice",
     "RenderedNode",
     "Schema",
+    "SchemaPin",
     "bench_render",
     "default_schemas",
+    "parse_schema",
     "render_node",
+    "schema_choices",
 ]
 
 

@@ -8,9 +8,20 @@ from enum import StrEnum
 from typing import Final
 
 from fakedev.model.inventory import DeviceModel
+from fakedev.model.releases import SchemaPin, known_pins, parse_schema_pin
 from fakedev.render.types import DeviceAttribute, DeviceCapacity, ResourceSlice
 
-__all__ = ["DRIVERS", "DeviceModel", "DeviceRef", "PublishedDevice", "RenderedNode", "Schema"]
+__all__ = [
+    "DRIVERS",
+    "DeviceModel",
+    "DeviceRef",
+    "PublishedDevice",
+    "RenderedNode",
+    "Schema",
+    "SchemaPin",
+    "parse_schema",
+    "schema_choices",
+]
 
 
 class Schema(StrEnum):
@@ -30,6 +41,17 @@ DRIVERS: Final[Mapping[Schema, str]] = {
     Schema.DRANET: "dra.net",
     Schema.EXAMPLE: "gpu.example.com",
 }
+
+
+def parse_schema(text: str) -> tuple[Schema, SchemaPin]:
+    """``nvidia``, ``nvidia@v25.12.0``, ``dranet@main``, ``example``: the schema and the pin (``ProfileError``)."""
+    pin = parse_schema_pin(text, schemas=tuple(s.value for s in Schema))
+    return Schema(pin.schema), pin
+
+
+def schema_choices() -> str:
+    """What ``--schema`` accepts, for help texts."""
+    return ", ".join(known_pins(tuple(s.value for s in Schema)))
 
 
 @dataclass(frozen=True, kw_only=True, order=True)

@@ -36,6 +36,7 @@ NVIDIA_CLASSES = {
 }
 ONE_VGPU_H100 = """
 name: one-vgpu-h100
+extensions: [vgpu]
 features: {compatibilityGroups: true}
 pcieRoots: [{name: "pci0000:50"}]
 gpus: [{product: h100-sxm5-80gb, root: "pci0000:50", address: "0000:53:00.0",

@@ -141,6 +141,14 @@ BAD = {
         "gpus[0].vgpu",
         "needs features.compatibilityGroups: true",
     ),
+    "vgpu-without-the-extension": (
+        'gpus: [{product: h100-sxm5-80gb, root: "pci0000:50", vgpu: {modes: [time-sliced]}}]',
+        4,
+        "gpus[0].vgpu",
+        "opt in with `extensions: [vgpu]`",
+    ),
+    "unknown-release": ("releases: {nvidia: v26.1.0}", 4, "releases.nvidia", "unknown nvidia release 'v26.1.0'"),
+    "unknown-extension": ("extensions: [mps]", 4, "extensions[0]", "unknown extension 'mps' (known: vgpu)"),
     "vgpu-and-mig": (
         'gpus: [{product: h100-sxm5-80gb, root: "pci0000:50", vgpu: {modes: [mig-backed]}, mig: {mode: disabled}}]',
         4,

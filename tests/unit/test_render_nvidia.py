@@ -275,6 +275,7 @@ def test_lookup_returns_the_model_and_the_slice_attributes() -> None:
 
 VGPU_WITHOUT_GROUPS = """
 name: plain-vgpu
+extensions: [vgpu]
 pcieRoots: [{name: "pci0000:50"}]
 gpus: [{product: h100-sxm5-80gb, root: "pci0000:50", vgpu: {modes: [time-sliced]}}]
 """
