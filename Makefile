@@ -10,7 +10,7 @@ FUZZ_EXAMPLES ?= 10000
 export GOTOOLCHAIN := local
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help deps venv build image run test test-fast check bench fuzz cluster cluster-down gomod clean
+.PHONY: help deps venv build image run test test-fast check bench fuzz cluster cluster-down gomod release-table clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -63,6 +63,9 @@ cluster-down: venv ## Stop the background control plane
 
 gomod: venv ## Regenerate the Kubernetes wrapper go.mod from upstream's (maintainers)
 	$(PY) -c 'from harness.cluster.gomod import regenerate; print(regenerate())'
+
+release-table: venv ## Regenerate the release × attribute table in docs/profiles.md from the renderers
+	$(FAKEDEV) profile schemas --markdown --update docs/profiles.md
 
 clean: ## Remove the virtualenv and build outputs (the binary cache in ~/.cache/fakedev stays)
 	rm -rf $(VENV) build .mypy_cache .ruff_cache

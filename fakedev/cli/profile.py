@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -22,6 +23,14 @@ from fakedev.model.inventory import (
 )
 from fakedev.profiles import builtin_profile_names, load_profile
 from fakedev.render import PublishedDevice, Schema, render_node
+from fakedev.render.release_table import (
+    BEGIN_MARKER,
+    END_MARKER,
+    compute_release_tables,
+    render_markdown,
+    render_text,
+    replace_block,
+)
 from fakedev.render.values import binary_quantity
 
 DEFAULT_NODE = "fakedev-node"
@@ -67,6 +76,27 @@ def add_parser(sub: Any) -> None:
         help="multi-document YAML or a JSON List (default: yaml)",
     )
     r.set_defaults(handler=_render)
+
+    t = verbs.add_parser(
+        "schemas",
+        help="which device kinds carry each attribute and capacity, per driver release",
+        description="A table per driver: one row per attribute or capacity name (numbered families such as "
+        "memorySlice<i> in one row), one column per release (nvidia@v25.8.1 … nvidia@main, dranet@v1.4.0, "
+        "dranet@main), cells naming the device kinds that carry it (gpu: full GPU with MIG off; dyn-gpu: full GPU "
+        "beside its dynamic MIG devices; mig: pre-created MIG; dyn-mig: dynamic MIG; vfio: GPU bound to vfio-pci; "
+        "nic, vf, ipoib, rdma-only, virtual: DraNet devices). Computed by rendering each release on built-in "
+        "reference hardware that has every device kind the release can publish, in the mixes it allows on a node.",
+    )
+    t.add_argument("--markdown", action="store_true", help="Markdown tables (as in docs/profiles.md)")
+    t.add_argument(
+        "--update",
+        metavar="FILE",
+        type=Path,
+        default=None,
+        help=f"with --markdown: replace the block between {BEGIN_MARKER} and {END_MARKER} in FILE "
+        "instead of printing (how docs/profiles.md is regenerated: `make release-table`)",
+    )
+    t.set_defaults(handler=_schemas)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -131,4 +161,23 @@ def _render(args: argparse.Namespace) -> int:
         print()
     else:
         yaml.safe_dump_all(items, sys.stdout, sort_keys=False, explicit_start=True)
+    return 0
+
+
+def _schemas(args: argparse.Namespace) -> int:
+    tables = compute_release_tables()
+    if args.update is not None:
+        if not args.markdown:
+            print("fakedev: error: --update writes the Markdown table: add --markdown", file=sys.stderr)
+            return 2
+        document = args.update.read_text(encoding="utf-8")
+        try:
+            updated = replace_block(document, block=render_markdown(tables))
+        except ValueError as exc:
+            print(f"fakedev: error: {args.update}: {exc}", file=sys.stderr)
+            return 1
+        if updated != document:
+            args.update.write_text(updated, encoding="utf-8")
+        return 0
+    sys.stdout.write(render_markdown(tables) if args.markdown else render_text(tables))
     return 0

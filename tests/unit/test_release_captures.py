@@ -1,0 +1,259 @@
+"""Golden shapes: fakedev's render of each driver release against real ResourceSlices (tests/data/captures).
+
+Each capture file names the releases it stands for and fakedev hardware equivalent to the captured node. Rendered at
+each of those releases, fakedev's devices of every captured kind must carry the captured attribute names (all of them
+and no others, or at least them where the capture was truncated), with the captured value types and formats, names of
+the captured pattern, the captured capacity names and counter sets. Plus: one release renders one shape for one kind
+of hardware, whatever else the profile says.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+import yaml
+
+from fakedev.model.inventory import resolve_inventory
+from fakedev.model.profile import parse_profile
+from fakedev.model.releases import RELEASES, DranetRelease, NvidiaRelease, SchemaPin
+from fakedev.render import PublishedDevice, RenderedNode, Schema, render_node
+from fakedev.render.release_table import (
+    DRANET_REFERENCE_NODES,
+    NVIDIA_REFERENCE_NODES,
+    PublishedKind,
+    published_kind,
+    reference_document,
+    row_name,
+)
+from fakedev.render.types import DeviceAttribute
+
+CAPTURES: Final = Path(__file__).parents[1] / "data" / "captures"
+NODE: Final = "capture-node"
+SCHEMAS: Final = {"gpu.nvidia.com": Schema.NVIDIA, "dra.net": Schema.DRANET}
+
+
+def _captures() -> list[dict[str, Any]]:
+    return [yaml.safe_load(path.read_text(encoding="utf-8")) for path in sorted(CAPTURES.glob("*.yaml"))]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Case:
+    capture: str
+    release: str
+    kind: PublishedKind | None = None
+
+    @property
+    def id(self) -> str:
+        return f"{self.capture}@{self.release}" + (f"/{self.kind.value}" if self.kind else "")
+
+
+@functools.cache
+def _by_name() -> dict[str, dict[str, Any]]:
+    return {c["capture"]: c for c in _captures()}
+
+
+def _node_cases() -> list[Case]:
+    return [Case(capture=c["capture"], release=r) for c in _captures() for r in c["releases"]]
+
+
+def _kind_cases() -> list[Case]:
+    return [
+        Case(capture=c["capture"], release=r, kind=PublishedKind(d["kind"]))
+        for c in _captures()
+        for r in c["releases"]
+        for d in c["devices"]
+    ]
+
+
+@functools.cache
+def _render(capture_name: str, release: str) -> RenderedNode:
+    capture = _by_name()[capture_name]
+    schema = SCHEMAS[capture["driver"]]
+    profile = parse_profile(capture["equivalent_profile"], source=f"{capture_name}: equivalent_profile")
+    pin = SchemaPin(schema=schema.value, release=RELEASES[schema.value](release))
+    profile = replace(profile, releases=profile.releases.pinned(pin))
+    return render_node(resolve_inventory(profile, node_name=NODE), schemas=[schema])
+
+
+def _entry(case: Case) -> dict[str, Any]:
+    assert case.kind is not None
+    return next(d for d in _by_name()[case.capture]["devices"] if d["kind"] == case.kind.value)
+
+
+def _devices(case: Case) -> list[PublishedDevice]:
+    rendered = _render(case.capture, case.release)
+    return [d for d in rendered.devices.values() if published_kind(d) is case.kind]
+
+
+def _ignored(capture: dict[str, Any]) -> set[str]:
+    return set(capture.get("not_modelled", ())) | set(capture.get("hardware_differences", {}))
+
+
+def _expected_attributes(case: Case) -> dict[str, dict[str, Any]]:
+    capture = _by_name()[case.capture]
+    renamed = capture.get("renamed_since_capture", {})
+    ignored = _ignored(capture)
+    return {
+        renamed.get(name, name): spec
+        for name, spec in _entry(case).get("attributes", {}).items()
+        if renamed.get(name, name) not in ignored
+    }
+
+
+def _value_type(attribute: DeviceAttribute) -> str:
+    [key] = attribute.keys()
+    return key
+
+
+def _text(attribute: DeviceAttribute) -> str:
+    value = next(iter(attribute.values()))
+    return json.dumps(value) if isinstance(value, bool) else str(value)
+
+
+KIND_CASES: Final = _kind_cases()
+NODE_CASES: Final = _node_cases()
+
+
+@pytest.mark.parametrize("case", KIND_CASES, ids=[c.id for c in KIND_CASES])
+def test_the_captured_kind_is_rendered(case: Case) -> None:
+    assert _devices(case), f"{case.id}: fakedev renders no {case.kind} device for the captured hardware"
+
+
+@pytest.mark.parametrize("case", KIND_CASES, ids=[c.id for c in KIND_CASES])
+def test_attribute_names_are_the_captured_ones(case: Case) -> None:
+    capture = _by_name()[case.capture]
+    expected = set(_expected_attributes(case))
+    for device in _devices(case):
+        actual = set(device.attributes) - _ignored(capture)
+        extra, missing = sorted(actual - expected), sorted(expected - actual)
+        if capture["compare"] == "exact":
+            assert (extra, missing) == ([], []), (
+                f"{device.ref.device}: only fakedev has {extra}, only the capture {missing}"
+            )
+        else:
+            assert missing == [], f"{device.ref.device}: fakedev lacks the captured {missing}"
+
+
+@pytest.mark.parametrize("case", KIND_CASES, ids=[c.id for c in KIND_CASES])
+def test_attribute_types_and_formats_are_the_captured_ones(case: Case) -> None:
+    expected = _expected_attributes(case)
+    for device in _devices(case):
+        for name, spec in expected.items():
+            if name not in device.attributes:
+                continue  # the names test reports it
+            attribute = device.attributes[name]
+            assert _value_type(attribute) == spec["type"], f"{device.ref.device}: {name}"
+            if "format" in spec:
+                assert re.fullmatch(spec["format"], _text(attribute)), (
+                    f"{device.ref.device}: {name}={_text(attribute)!r} does not match {spec['format']!r}"
+                )
+
+
+@pytest.mark.parametrize("case", KIND_CASES, ids=[c.id for c in KIND_CASES])
+def test_device_names_follow_the_captured_pattern(case: Case) -> None:
+    pattern = _entry(case).get("name_pattern")
+    examples = _entry(case).get("examples", [])
+    if pattern is not None:
+        assert all(re.fullmatch(pattern, e) for e in examples), "the capture's own examples must match its pattern"
+    for device in _devices(case):
+        assert pattern is None or re.fullmatch(pattern, device.ref.device), device.ref.device
+
+
+@pytest.mark.parametrize("case", KIND_CASES, ids=[c.id for c in KIND_CASES])
+def test_capacity_names_are_the_captured_ones(case: Case) -> None:
+    if "capacity" not in _entry(case):
+        return  # the capture does not show this kind's capacities
+    expected = set(_entry(case)["capacity"])
+    ignored = _ignored(_by_name()[case.capture])
+    for device in _devices(case):
+        assert sorted(set(device.capacity) - ignored) == sorted(expected), device.ref.device
+
+
+@pytest.mark.parametrize("case", NODE_CASES, ids=[c.id for c in NODE_CASES])
+def test_counter_sets_are_the_captured_ones(case: Case) -> None:
+    captured = _by_name()[case.capture].get("counter_sets", [])
+    rendered = [cs for s in _render(case.capture, case.release).slices for cs in s["spec"].get("sharedCounters", [])]
+    if not captured:
+        assert rendered == [], "the captured node publishes no counter sets"
+        return
+    [spec] = captured
+    assert rendered, "the captured node publishes counter sets"
+    for counter_set in rendered:
+        assert re.fullmatch(spec["name_pattern"], counter_set["name"]), counter_set["name"]
+        assert sorted(counter_set["counters"]) == sorted(spec["counters"]), counter_set["name"]
+
+
+@pytest.mark.parametrize("case", [c for c in NODE_CASES if "pool" in _by_name()[c.capture]], ids=lambda c: c.id)
+def test_the_pool_has_the_captured_slice_count(case: Case) -> None:
+    expected = _by_name()[case.capture]["pool"]["resourceSliceCount"]
+    slices = _render(case.capture, case.release).slices
+    assert {s["spec"]["pool"]["name"] for s in slices} == {NODE}
+    assert [s["spec"]["pool"]["resourceSliceCount"] for s in slices] == [expected] * len(slices)
+
+
+# -- one release, one shape -----------------------------------------------------------------------------------------
+
+Shape = dict[PublishedKind, set[tuple[frozenset[tuple[str, str]], frozenset[str]]]]
+
+
+def _shape(rendered: RenderedNode, *, driver: str) -> Shape:
+    shape: Shape = {}
+    for device in rendered.devices.values():
+        if device.ref.driver != driver:
+            continue
+        attributes = frozenset((row_name(n), _value_type(v)) for n, v in device.attributes.items())
+        capacity = frozenset(row_name(n) for n in device.capacity)
+        shape.setdefault(published_kind(device), set()).add((attributes, capacity))
+    return shape
+
+
+def _other_details(document: dict[str, Any]) -> dict[str, Any]:
+    """The same kinds of hardware with everything else changed: name, description, NUMA ids and CPUs, PCIe roots and
+    addresses, driver versions, and twice as many of each device."""
+    other = copy.deepcopy(document)
+    other["name"] = "another-node"
+    other["description"] = "the same hardware, other details"
+    other["nvidia"] = {"driverVersion": "595.58.03", "cudaDriverVersion": "13.2"}
+    other["numaNodes"] = [{"id": 3, "cpus": "8-15"}, {"id": 5, "cpus": "16-23"}]
+    other["pcieRoots"] = [{"name": "pci0000:40", "numaNode": 3}, {"name": "pci0001:80", "numaNode": 5}]
+    for key in ("gpus", "nics"):
+        items = other.get(key, [])
+        other[key] = [dict(i, root=r) for r in ("pci0000:40", "pci0001:80") for i in items]
+    other["virtualNics"] = [dict(v, name=f"{v['name']}x{n}") for n in (1, 2) for v in other.get("virtualNics", [])]
+    if not other["virtualNics"]:
+        del other["virtualNics"]
+    return other
+
+
+def _shape_cases() -> list[tuple[Schema, NvidiaRelease | DranetRelease, frozenset[PublishedKind]]]:
+    nvidia = [(Schema.NVIDIA, r, k) for r, nodes in NVIDIA_REFERENCE_NODES.items() for k in nodes]
+    dranet = [(Schema.DRANET, r, k) for r, nodes in DRANET_REFERENCE_NODES.items() for k in nodes]
+    return [*nvidia, *dranet]
+
+
+SHAPE_CASES: Final = _shape_cases()
+
+
+@pytest.mark.parametrize(
+    ("schema", "release", "kinds"),
+    SHAPE_CASES,
+    ids=[f"{s.value}@{r.value}/{'+'.join(sorted(k))}" for s, r, k in SHAPE_CASES],
+)
+def test_a_release_renders_one_shape_per_kind_whatever_else_the_profile_says(
+    schema: Schema, release: NvidiaRelease | DranetRelease, kinds: frozenset[PublishedKind]
+) -> None:
+    document = reference_document(schema=schema, release=release, kinds=kinds)
+    shapes = []
+    for node, variant in (("reference-node", document), ("another-node", _other_details(document))):
+        profile = parse_profile(json.dumps(variant), source=f"{variant['name']}.yaml")
+        shapes.append(_shape(render_node(resolve_inventory(profile, node_name=node)), driver=schema.driver))
+    base, other = shapes
+    assert base == other
+    assert {kind: len(s) for kind, s in base.items()} == dict.fromkeys(base, 1), "one shape per kind"
