@@ -176,6 +176,19 @@ def test_capacity_names_are_the_captured_ones(case: Case) -> None:
         assert sorted(set(device.capacity) - ignored) == sorted(expected), device.ref.device
 
 
+@pytest.mark.parametrize("case", [c for c in KIND_CASES if "consumes_counters" in _entry(c)], ids=lambda c: c.id)
+def test_counter_consumption_is_the_captured_one(case: Case) -> None:
+    spec = _entry(case)["consumes_counters"]
+    names = {d.ref.device for d in _devices(case)}
+    rendered = [d for s in _render(case.capture, case.release).slices for d in s["spec"].get("devices", [])]
+    for device in (d for d in rendered if d["name"] in names):
+        [consumption] = device.get("consumesCounters", [])
+        assert re.fullmatch(spec["counter_set_pattern"], consumption["counterSet"]), device["name"]
+        counters = set(consumption["counters"])
+        slices = {c for c in counters if re.fullmatch(spec["memory_slice_pattern"], c)}
+        assert (sorted(counters - slices), bool(slices)) == (sorted(spec["counters"]), True), device["name"]
+
+
 @pytest.mark.parametrize("case", NODE_CASES, ids=[c.id for c in NODE_CASES])
 def test_counter_sets_are_the_captured_ones(case: Case) -> None:
     captured = _by_name()[case.capture].get("counter_sets", [])
@@ -196,6 +209,28 @@ def test_the_pool_has_the_captured_slice_count(case: Case) -> None:
     slices = _render(case.capture, case.release).slices
     assert {s["spec"]["pool"]["name"] for s in slices} == {NODE}
     assert [s["spec"]["pool"]["resourceSliceCount"] for s in slices] == [expected] * len(slices)
+
+
+VALUE_TYPES: Final = {"string", "int", "bool", "version"}
+
+
+@pytest.mark.parametrize("capture", _captures(), ids=lambda c: c["capture"])
+def test_a_capture_file_is_consistent(capture: dict[str, Any]) -> None:
+    """The test data itself: known driver, releases and kinds; each example matches its own format and pattern."""
+    schema = SCHEMAS[capture["driver"]]
+    assert all(RELEASES[schema.value](r) for r in capture["releases"])
+    assert capture["compare"] in {"exact", "subset"}
+    assert capture["source"]["repository"] and capture["source"]["location"] and capture["certainty"]
+    kinds = [PublishedKind(d["kind"]) for d in capture["devices"]]
+    assert len(kinds) == len(set(kinds)), "one entry per kind"
+    for device in capture["devices"]:
+        for name, spec in device.get("attributes", {}).items():
+            assert spec["type"] in VALUE_TYPES, name
+            if "format" in spec and "example" in spec:
+                example = json.dumps(spec["example"]) if isinstance(spec["example"], bool) else str(spec["example"])
+                assert re.fullmatch(spec["format"], example), f"{name}: example {example!r}"
+        for example in device.get("examples", []):
+            assert re.fullmatch(device["name_pattern"], example), example
 
 
 # -- one release, one shape -----------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from fakedev.model.releases import DranetRelease, NvidiaRelease
 from fakedev.render import Schema, render_node
 from fakedev.render.release_table import (
     BEGIN_MARKER,
+    DRANET_REFERENCE_NODES,
     END_MARKER,
     NVIDIA_REFERENCE_NODES,
     PublishedKind,
@@ -38,12 +39,25 @@ def test_every_release_is_a_column() -> None:
     assert dranet.columns == tuple(f"dranet@{r.value}" for r in DranetRelease)
 
 
-@pytest.mark.parametrize("release", list(NvidiaRelease), ids=[r.value for r in NvidiaRelease])
-def test_each_reference_node_renders_the_kinds_it_asks_for(release: NvidiaRelease) -> None:
-    for kinds in NVIDIA_REFERENCE_NODES[release]:
-        profile = reference_profile(schema=Schema.NVIDIA, release=release, kinds=kinds)
-        rendered = render_node(resolve_inventory(profile, node_name="n"), schemas=[Schema.NVIDIA])
-        assert {published_kind(d) for d in rendered.devices.values()} == set(kinds)
+REFERENCES: Final = [
+    *((Schema.NVIDIA, r, k) for r, nodes in NVIDIA_REFERENCE_NODES.items() for k in nodes),
+    *((Schema.DRANET, r, k) for r, nodes in DRANET_REFERENCE_NODES.items() for k in nodes),
+]
+
+
+@pytest.mark.parametrize(
+    ("schema", "release", "kinds"),
+    REFERENCES,
+    ids=[f"{s.value}@{r.value}/{'+'.join(sorted(k))}" for s, r, k in REFERENCES],
+)
+def test_each_reference_node_renders_the_kinds_it_asks_for(
+    schema: Schema, release: NvidiaRelease | DranetRelease, kinds: frozenset[PublishedKind]
+) -> None:
+    # The table's reference nodes state which kinds each release publishes: the render must agree, or the table
+    # would silently leave a kind out.
+    profile = reference_profile(schema=schema, release=release, kinds=kinds)
+    rendered = render_node(resolve_inventory(profile, node_name="n"), schemas=[schema])
+    assert {published_kind(d) for d in rendered.devices.values()} == set(kinds)
 
 
 def test_no_release_before_v25_12_0_has_dynamic_mig_or_vfio() -> None:
