@@ -176,7 +176,41 @@ def test_capacity_names_are_the_captured_ones(case: Case) -> None:
         assert sorted(set(device.capacity) - ignored) == sorted(expected), device.ref.device
 
 
-@pytest.mark.parametrize("case", [c for c in KIND_CASES if "consumes_counters" in _entry(c)], ids=lambda c: c.id)
+def _cases_with(key: str) -> list[Case]:
+    return [c for c in KIND_CASES if key in _entry(c)]
+
+
+@pytest.mark.parametrize("case", _cases_with("capacity_values"), ids=lambda c: c.id)
+def test_capacity_values_are_the_captured_ones(case: Case) -> None:
+    expected = _entry(case)["capacity_values"]
+    for device in _devices(case):
+        actual = {name: device.capacity[name]["value"] for name in expected if name in device.capacity}
+        assert actual == expected, device.ref.device
+
+
+@pytest.mark.parametrize("case", _cases_with("profile_capacities"), ids=lambda c: c.id)
+def test_each_partition_has_its_profiles_captured_capacities(case: Case) -> None:
+    expected = _entry(case)["profile_capacities"]
+    for device in _devices(case):
+        profile = device.attributes["profile"].get("string", "")
+        assert profile in expected, f"{device.ref.device}: profile {profile!r} is not in the capture"
+        actual = {name: c["value"] for name, c in device.capacity.items()}
+        assert actual == expected[profile], device.ref.device
+
+
+@pytest.mark.parametrize("case", _cases_with("partitions_of_one_gpu"), ids=lambda c: c.id)
+def test_one_gpu_has_exactly_the_captured_partitions(case: Case) -> None:
+    spec = _entry(case)["partitions_of_one_gpu"]
+    devices = _render(case.capture, case.release).devices.values()
+    [gpu] = [d for d in devices if d.ref.device == spec["gpu"]]
+    uuid = gpu.attributes["uuid"]
+    names = {d.ref.device for d in _devices(case) if d.attributes.get("parentUUID") == uuid}
+    assert (sorted(names - set(spec["names"])), sorted(set(spec["names"]) - names)) == ([], []), (
+        "(only fakedev, only the capture)"
+    )
+
+
+@pytest.mark.parametrize("case", _cases_with("consumes_counters"), ids=lambda c: c.id)
 def test_counter_consumption_is_the_captured_one(case: Case) -> None:
     spec = _entry(case)["consumes_counters"]
     names = {d.ref.device for d in _devices(case)}
@@ -201,6 +235,9 @@ def test_counter_sets_are_the_captured_ones(case: Case) -> None:
     for counter_set in rendered:
         assert re.fullmatch(spec["name_pattern"], counter_set["name"]), counter_set["name"]
         assert sorted(counter_set["counters"]) == sorted(spec["counters"]), counter_set["name"]
+        wanted = spec.get("counter_values", {})
+        values = {n: counter_set["counters"][n]["value"] for n in wanted if n in counter_set["counters"]}
+        assert values == wanted, counter_set["name"]
 
 
 @pytest.mark.parametrize("case", [c for c in NODE_CASES if "pool" in _by_name()[c.capture]], ids=lambda c: c.id)
