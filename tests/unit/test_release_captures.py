@@ -3,8 +3,11 @@
 Each capture file names the releases it stands for and fakedev hardware equivalent to the captured node. Rendered at
 each of those releases, fakedev's devices of every captured kind must carry the captured attribute names (all of them
 and no others, or at least them where the capture was truncated), with the captured value types and formats, names of
-the captured pattern, the captured capacity names and counter sets. Plus: one release renders one shape for one kind
-of hardware, whatever else the profile says.
+the captured pattern, the captured capacity names and counter sets, and, where the capture has them, capacity and
+counter values and every partition of one GPU. These compare with what the real driver published, so they fail
+until the renderer of that release matches it: never loosen a capture to make one pass (say why in the capture's
+`hardware_differences` when the difference is fakedev's hardware, not the release). Plus: one release renders one
+shape for one kind of hardware, whatever else the profile says.
 """
 
 from __future__ import annotations
