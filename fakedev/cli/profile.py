@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from fakedev.errors import ProfileError
 from fakedev.model.inventory import (
     ExampleGpu,
     GpuDevice,
@@ -22,7 +24,7 @@ from fakedev.model.inventory import (
     resolve_inventory,
 )
 from fakedev.profiles import builtin_profile_names, load_profile
-from fakedev.render import PublishedDevice, Schema, render_node
+from fakedev.render import PublishedDevice, Schema, SchemaPin, parse_schema, render_node, schema_choices
 from fakedev.render.release_table import (
     BEGIN_MARKER,
     END_MARKER,
@@ -62,10 +64,12 @@ def add_parser(sub: Any) -> None:
     r.add_argument(
         "--schema",
         action="append",
-        choices=[s.value for s in Schema],
+        type=_schema_arg,
         default=None,
-        help="nvidia (gpu.nvidia.com), dranet (dra.net) or example (gpu.example.com); "
-        "repeatable (default: every schema the profile has devices for)",
+        metavar="SCHEMA[@RELEASE]",
+        help="nvidia (gpu.nvidia.com), dranet (dra.net) or example (gpu.example.com), optionally pinned to a "
+        "release of the real driver (default: the profile's `releases:`, else the newest release); repeatable "
+        f"(default: every schema the profile has devices for). Known: {schema_choices()}",
     )
     r.add_argument("--generation", type=int, default=1, help="pool generation (default: 1)")
     r.add_argument(
@@ -137,6 +141,13 @@ def _row(device: PublishedDevice) -> tuple[str, ...]:
     return (device.ref.device, device.ref.driver, kind, product, bdf, numa.replace("None", "-"), root, memory)
 
 
+def _schema_arg(text: str) -> tuple[Schema, SchemaPin]:
+    try:
+        return parse_schema(text)
+    except ProfileError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 def _show(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile)
     rendered = render_node(resolve_inventory(profile, node_name=args.node_name))
@@ -144,6 +155,7 @@ def _show(args: argparse.Namespace) -> int:
     rows += [_row(d) for d in rendered.devices.values()]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     print(f"# {profile.name}: {profile.description}" if profile.description else f"# {profile.name}")
+    print(f"# releases: {', '.join(profile.releases.render())}")
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     return 0
@@ -151,7 +163,9 @@ def _show(args: argparse.Namespace) -> int:
 
 def _render(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile)
-    schemas = [Schema(s) for s in args.schema] if args.schema else None
+    schemas = [schema for schema, _ in args.schema] if args.schema else None
+    for _, pin in args.schema or ():
+        profile = replace(profile, releases=profile.releases.pinned(pin))
     rendered = render_node(
         resolve_inventory(profile, node_name=args.node_name), schemas=schemas, generation=args.generation
     )
