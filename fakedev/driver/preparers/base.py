@@ -31,7 +31,7 @@ class StatusCondition(TypedDict):
     reason: str
     lastTransitionTime: str
     message: NotRequired[str]
-    """DraNet writes none; the API then stores an empty one."""
+    """Absent in the conditions DraNet writes."""
 
 
 @dataclass(frozen=True, kw_only=True)
