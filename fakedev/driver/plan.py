@@ -287,7 +287,7 @@ def compute_prepare_plan(
 
 
 def _status_entry(*, driver: str, device: AllocatedDevice, extras: StatusExtras, now: str) -> dict[str, Any]:
-    ready: StatusCondition = {
+    ready: StatusCondition = extras.ready or {
         "type": "Ready",
         "status": "True",
         "reason": READY_REASON,

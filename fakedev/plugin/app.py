@@ -28,6 +28,7 @@ from fakedev.errors import KubeApiError, ProfileError
 from fakedev.faults import Faults
 from fakedev.kube import DeviceFaultApi, DriverApi
 from fakedev.model.inventory import NodeInventory, resolve_inventory
+from fakedev.nics.addresses import Addresses, AddressWatcher, read_addresses
 from fakedev.nics.discover import Discovery, UdevNetMonitor, discover
 from fakedev.nics.plan import HostNic
 from fakedev.nics.ports import compute_ports, ifname_of
@@ -154,6 +155,8 @@ class PluginApp:
     """None: no node namespace with NICs to discover (only the dranet schema has one)."""
     link_watcher: LinkWatcher | None
     """None: no fabric namespace whose link state drives the NICs' health."""
+    address_watcher: AddressWatcher | None
+    """None: no node namespace with NICs whose addresses the slices publish (only the dranet schema has one)."""
     fault_watch: FaultWatcher | None
     """None: no API server, or DeviceFaults switched off (``--no-device-faults``)."""
     build_started: float
@@ -230,6 +233,11 @@ class PluginApp:
             if schema == Schema.DRANET and s.fabric_netns is not None
             else None
         )
+        address_watcher = (
+            _address_watcher(devices, netns=s.nic_netns, loop=asyncio.get_running_loop())
+            if schema == Schema.DRANET and s.nic_netns is not None
+            else None
+        )
 
         fault_watch = (
             FaultWatcher.build(api=DeviceFaultApi(client=api.client), board=devices, faults=faults)
@@ -259,6 +267,7 @@ class PluginApp:
             binding=binding,
             udev=udev,
             link_watcher=link_watcher,
+            address_watcher=address_watcher,
             fault_watch=fault_watch,
             build_started=started,
         )
@@ -307,6 +316,8 @@ class PluginApp:
             self.udev.start()
         if self.link_watcher is not None:
             self.link_watcher.start()
+        if self.address_watcher is not None:
+            self.address_watcher.start()
         if self.binding is not None:
             self._tasks.append(asyncio.create_task(self.binding.run(), name="binding"))
         if self.fault_watch is not None:
@@ -334,7 +345,7 @@ class PluginApp:
                 self.devices.republish.set()
 
     async def _discover_nics(self, udev: UdevNetMonitor) -> None:
-        """Find the NICs in the node namespace (sysfs + netlink); missing ones are unhealthy."""
+        """Find the NICs in the node namespace (sysfs + netlink) and their addresses; missing ones are unhealthy."""
         inventory = self.devices.inventory
         ports = compute_ports(inventory)
         sysfs_root = self.data_dir / "sys"
@@ -345,6 +356,9 @@ class PluginApp:
             return discover(ports=ports, netns=udev.netns, sysfs_root=sysfs_root)
 
         found = await asyncio.to_thread(look)
+        # Before the first publish, so the first slices already show them; the address watcher keeps them current.
+        addresses = await asyncio.to_thread(read_addresses, udev.netns, ifnames=_nic_ifnames(self.devices))
+        self.devices.set_addresses(addresses)
         devices = {ifname_of(p.model): ref.device for ref, p in self.devices.rendered.devices.items()}
         for ifname, problem in found.problems.items():
             if (device := devices.get(ifname)) is not None:
@@ -357,6 +371,8 @@ class PluginApp:
     async def stop(self) -> None:
         if self.link_watcher is not None:
             self.link_watcher.stop()
+        if self.address_watcher is not None:
+            self.address_watcher.stop()
         if self.udev is not None:
             self.udev.stop()
         await self.control.stop()
@@ -410,6 +426,21 @@ def _node_nics(devices: DeviceBoard) -> dict[str, HostNic]:
         for ref, published in devices.rendered.devices.items()
         if (port := ports.get(ifname_of(published.model) or "")) is not None
     }
+
+
+def _nic_ifnames(devices: DeviceBoard) -> frozenset[str]:
+    """The node-side interface names of the published NICs."""
+    return frozenset(n for p in devices.rendered.devices.values() if (n := ifname_of(p.model)) is not None)
+
+
+def _address_watcher(devices: DeviceBoard, *, netns: str, loop: asyncio.AbstractEventLoop) -> AddressWatcher:
+    """Addresses added to or removed from a NIC in the node namespace: republished as dra.net ipv4/ipv6."""
+
+    def changed(snapshot: Addresses) -> None:
+        # The watcher runs in its own thread; the board belongs to the event loop.
+        loop.call_soon_threadsafe(devices.set_addresses, snapshot)
+
+    return AddressWatcher(netns=netns, ifnames=_nic_ifnames(devices), on_change=changed)
 
 
 def _log_udev(action: str, ifname: str) -> None:

@@ -1,14 +1,15 @@
 """The devices one plugin publishes and what happened to them: health on the stream, taints in the slices.
 
 Every change of a device's health goes through :meth:`DeviceBoard.set_health` (the control socket, NIC discovery,
-the link watcher); a change sets :attr:`DeviceBoard.republish` so the publisher writes the slices again, and
-counts in :attr:`DeviceBoard.changes`, so a caller can wait until the API shows it (:meth:`DeviceBoard.shows`).
+the link watcher), every change of the NICs' addresses through :meth:`DeviceBoard.set_addresses`; a change sets
+:attr:`DeviceBoard.republish` so the publisher writes the slices again, and counts in :attr:`DeviceBoard.changes`,
+so a caller can wait until the API shows it (:meth:`DeviceBoard.shows`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from fakedev.errors import FakedevError
@@ -33,6 +34,8 @@ class DeviceBoard:
     """The slices and device lookup at start-up, without taints."""
     health: HealthBoard
     taints: dict[DeviceRef, list[DeviceTaint]] = field(default_factory=dict)
+    addresses: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """The NICs' addresses in the node's namespace (interface name → CIDRs), as last read over netlink."""
     republish: asyncio.Event = field(default_factory=asyncio.Event)
     changes: int = 0
     """How many health/taint changes were made; :attr:`published_changes` is how many of them the slices show."""
@@ -66,13 +69,14 @@ class DeviceBoard:
     def render_slices(self, generation: int, owner: JsonObj | None) -> list[JsonObj]:
         """The full desired slices at this pool generation, taints included (the publisher's render callback)."""
         taints = {DeviceRef(driver=self.schema.driver, pool=r.pool, device=r.device): t for r, t in self.taints.items()}
-        if taints:
+        if taints or self.addresses:
             rendered = render_node(
                 self.inventory,
                 schemas=[self.schema],
                 generation=generation,
                 owner=owner,  # type: ignore[arg-type]
                 taints=taints,
+                addresses=self.addresses,
             ).slices
         else:
             # Nothing changed since start-up: reuse those slices (planning a dgx-h100 again costs ~5 ms per node).
@@ -95,6 +99,15 @@ class DeviceBoard:
             self.taints[ref] = [taint]
         elif health == Health.HEALTHY:
             self.taints.pop(ref, None)
+        self.changes += 1
+        self.republish.set()
+
+    def set_addresses(self, addresses: Mapping[str, tuple[str, ...]]) -> None:
+        """The NICs' addresses changed (discovery, the address watcher): republish what the render makes of them."""
+        current = {ifname: a for ifname, a in addresses.items() if a}
+        if current == self.addresses:
+            return
+        self.addresses = current
         self.changes += 1
         self.republish.set()
 

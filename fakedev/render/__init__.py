@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Mapping, Sequence
 from typing import Protocol
 
@@ -71,22 +72,28 @@ def render_node(
     generation: int = 1,
     owner: OwnerReference | None = None,
     taints: Mapping[DeviceRef, Sequence[DeviceTaint]] | None = None,
+    addresses: Mapping[str, Sequence[str]] | None = None,
 ) -> RenderedNode:
     """All ResourceSlices of ``inventory`` for ``schemas`` (default: every schema it has devices for).
 
     ``generation`` is the pool generation (bump it on every change), ``owner`` goes into each slice's
     ``ownerReferences`` (the plugin passes its Node), ``taints`` adds driver-defined taints per device.
+    ``addresses`` (interface name → its addresses in CIDR form, as netlink reports them in the node's namespace)
+    feeds the schemas that publish them (dra.net ``ipv4``/``ipv6``).
     """
     chosen = default_schemas(inventory) if schemas is None else tuple(s for s in Schema if s in schemas)
     slices: list[ResourceSlice] = []
     devices: dict[DeviceRef, PublishedDevice] = {}
+    planners = dict(_PLANNERS)
+    if addresses:
+        planners[Schema.DRANET] = functools.partial(plan_dranet, addresses=addresses)
     for schema in chosen:
         by_name = {
             ref.device: list(t)
             for ref, t in (taints or {}).items()
             if ref.driver == schema.driver and ref.pool == inventory.node_name
         }
-        plan, published = _PLANNERS[schema](inventory, taints=by_name)
+        plan, published = planners[schema](inventory, taints=by_name)
         if not plan.device_groups or not any(plan.device_groups):
             continue  # no devices of this kind: publish no pool at all
         slices += build_slices(plan, node_name=inventory.node_name, generation=generation, owner=owner)

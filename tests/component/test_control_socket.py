@@ -306,7 +306,7 @@ def test_a_plugin_without_api_server_serves_its_sockets_and_no_publisher(short_d
         return app, status, before, serving
 
     app, status, before, serving = asyncio.run(scenario())
-    assert (app.publisher, app.binding, app.udev, app.link_watcher) == (None, None, None, None)
+    assert (app.publisher, app.binding, app.udev, app.link_watcher, app.address_watcher) == (None,) * 5
     assert before == [] and serving == ["control.sock", "dra.sock"]
     assert app.paths.registration_socket.name == "gpu.example.com-reg.sock"
     assert not list(app.paths.plugin_dir.glob("*.sock"))  # stop removed them

@@ -80,7 +80,13 @@ def test_pod_sees_the_interface_its_claim_status_reports(
     wait_for(lambda: " inet " in worker.container_logs(), timeout=20, what="container output")
     entry = _network(kube, test_namespace, "c")
     data = entry["networkData"]
-    assert {c["type"]: c["status"] for c in entry["conditions"]} == {"Ready": "True", "NetworkReady": "True"}
+    # DraNet's conditions: the netdev moved, the network configured, the RoCE function's RDMA link moved.
+    assert [(c["type"], c["reason"], c["status"]) for c in entry["conditions"]] == [
+        ("Ready", "NetworkDeviceReady", "True"),
+        ("NetworkReady", "NetworkReady", "True"),
+        ("RDMALinkReady", "RDMALinkReady", "True"),
+    ]
+    assert not any(c.get("message") for c in entry["conditions"])
     out = worker.container_logs()
     link = next((line for line in out.splitlines() if re.match(rf"\d+: {data['interfaceName']}[@:]", line)), out)
     assert f"link/ether {data['hardwareAddress']}" in link
@@ -138,6 +144,34 @@ def test_configured_name_and_addresses_are_used_and_released(
         (idx,) = ipr.link_lookup(ifname=ifname)
         assert ipr.get_links(idx)[0].get_attr("IFLA_ADDRESS") == hw_mac
         assert [a.get_attr("IFA_ADDRESS") for a in ipr.get_addr(index=idx, family=2)] == []
+
+
+def test_addresses_on_a_node_nic_are_published_and_withdrawn(nic_rig: FakeNodeRig, kube: KubeClient) -> None:
+    assert nic_rig.nics is not None
+    port = nic_rig.nics.ports[0]
+
+    def ip_attributes() -> dict[str, Any]:
+        for s in kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={nic_rig.name}"):
+            for d in s["spec"]["devices"]:
+                if d["attributes"].get("dra.net/ifName", {}).get("string") == port.ifname:
+                    return {k: v["string"] for k, v in d["attributes"].items() if k in ("dra.net/ipv4", "dra.net/ipv6")}
+        raise AssertionError(f"no published device has ifName {port.ifname}")
+
+    # The interface is up in the node's namespace, so it has an IPv6 link-local address: DraNet does not publish it.
+    wait_for(lambda: ip_attributes() == {}, timeout=30, what="the NIC published without addresses")
+    with netlink(nic_rig.nics.hardware.node_netns) as ipr:
+        (idx,) = ipr.link_lookup(ifname=port.ifname)
+        for address, prefix in (("10.77.1.5", 24), ("10.77.0.9", 16), ("fd77::5", 64)):
+            ipr.addr("add", index=idx, address=address, prefixlen=prefix)
+    expected = {"dra.net/ipv4": "10.77.0.9/16,10.77.1.5/24", "dra.net/ipv6": "fd77::5/64"}
+    wait_for(lambda: ip_attributes() == expected, timeout=10, what="the addresses published")
+    with netlink(nic_rig.nics.hardware.node_netns) as ipr:
+        ipr.addr("del", index=idx, address="10.77.1.5", prefixlen=24)
+        ipr.addr("del", index=idx, address="fd77::5", prefixlen=64)
+    wait_for(lambda: ip_attributes() == {"dra.net/ipv4": "10.77.0.9/16"}, timeout=10, what="two addresses withdrawn")
+    with netlink(nic_rig.nics.hardware.node_netns) as ipr:
+        ipr.flush_addr(index=idx)
+    wait_for(lambda: ip_attributes() == {}, timeout=10, what="the attributes gone with the last address")
 
 
 def test_two_pods_ping_each_other_over_the_fabric(

@@ -289,3 +289,25 @@ def test_an_installed_call_fault_counts_down_and_the_request_stays_as_asked() ->
     assert request.fault.fail_times == 1
     assert answer(b'{"op": "clear-faults"}\n', _target(faults)) == {"ok": True}
     assert faults == Faults()
+
+
+def test_address_changes_republish_the_dranet_slices() -> None:
+    inventory = resolve_inventory(load_profile("nic-only"), node_name="n1")
+    board = DeviceBoard.build(
+        inventory=inventory, schema=Schema.DRANET, driver="dra.net", node_name="n1", health_timeout_seconds=30
+    )
+
+    def ipv4() -> dict[str, str]:
+        (slice_,) = board.render_slices(1, None)
+        return {
+            d["name"]: d["attributes"]["dra.net/ipv4"]["string"]
+            for d in slice_["spec"]["devices"]
+            if "dra.net/ipv4" in d["attributes"]
+        }
+
+    board.set_addresses({"enp8s0f0np0": (), "veth-fast0": ()})
+    assert (board.changes, board.republish.is_set(), ipv4()) == (0, False, {})  # nothing new: no republish
+    board.set_addresses({"enp8s0f0np0": ("10.1.0.2/24",), "veth-fast0": ()})
+    assert (board.changes, board.republish.is_set(), ipv4()) == (1, True, {"pci-0000-08-00-0": "10.1.0.2/24"})
+    board.set_addresses({"enp8s0f0np0": ()})
+    assert (board.changes, ipv4()) == (2, {})

@@ -470,14 +470,10 @@ def test_nic_is_handed_over_with_net_devices_and_reported(device: str, mtu: int)
     network = {"interfaceName": "net1", "ips": list(nic.assignment.addresses), "hardwareAddress": nic.assignment.mac}
     (entry,) = plan.status_devices
     assert entry["networkData"] == network
-    assert entry["conditions"][1] == {
-        "type": "NetworkReady",
-        "status": "True",
-        "reason": "InterfaceConfigured",
-        "lastTransitionTime": NOW,
-        "message": "net1 configured",
-    }
-    assert _conditions(plan, device) == ["Ready", "NetworkReady"]
+    assert entry["conditions"][:2] == [
+        {"type": "Ready", "status": "True", "reason": "NetworkDeviceReady", "lastTransitionTime": NOW},
+        {"type": "NetworkReady", "status": "True", "reason": "NetworkReady", "lastTransitionTime": NOW},
+    ]
     assert _metadata(plan, "nic")[0]["requests"][0]["devices"][0]["networkData"] == network
     assert plan.record["nics"] == [
         {
@@ -492,6 +488,28 @@ def test_nic_is_handed_over_with_net_devices_and_reported(device: str, mtu: int)
         }
     ]
     assert plan.fake_nodes == () and plan.mdevs == ()
+
+
+@pytest.mark.parametrize(
+    ("device", "conditions"),
+    [
+        (
+            "pci-0000-08-00-0",
+            [("Ready", "NetworkDeviceReady"), ("NetworkReady", "NetworkReady"), ("RDMALinkReady",) * 2],
+        ),
+        (
+            "pci-0000-08-00-2",
+            [("Ready", "NetworkDeviceReady"), ("NetworkReady", "NetworkReady"), ("RDMALinkReady",) * 2],
+        ),
+        ("veth-fast0", [("Ready", "NetworkDeviceReady"), ("NetworkReady", "NetworkReady")]),
+    ],
+    ids=["roce-pf", "roce-vf", "virtual-without-rdma"],
+)
+def test_nic_status_has_dranets_condition_types_and_reasons(device: str, conditions: list[tuple[str, str]]) -> None:
+    (entry,) = _plan("nic-only", DRANET, [("nic", device, None)]).status_devices
+    assert [(c["type"], c["reason"]) for c in entry["conditions"]] == conditions
+    # DraNet writes every condition True, without a message.
+    assert all(c["status"] == "True" and "message" not in c for c in entry["conditions"])
 
 
 def test_nic_config_names_the_interface_and_sets_env() -> None:

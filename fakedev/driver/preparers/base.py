@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Generic, TypedDict, TypeVar
+from typing import Any, ClassVar, Generic, NotRequired, TypedDict, TypeVar
 
 import cdi
 from fakedev.driver.cdi_edits import FakeNode
@@ -30,7 +30,8 @@ class StatusCondition(TypedDict):
     status: str
     reason: str
     lastTransitionTime: str
-    message: str
+    message: NotRequired[str]
+    """Absent in the conditions DraNet writes."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,6 +64,8 @@ class StatusExtras:
     """What a kind adds to its ``status.devices`` entry around the driver's own ``Ready`` condition."""
 
     before_ready: tuple[StatusCondition, ...] = ()
+    ready: StatusCondition | None = None
+    """The kind's own ``Ready`` condition in place of the driver's (DraNet words its own); None: the driver's."""
     after_ready: tuple[StatusCondition, ...] = ()
     network_data: NetworkData | None = None
     """Also written into the device's metadata entry."""

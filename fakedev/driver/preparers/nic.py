@@ -1,7 +1,8 @@
 """NICs (physical functions, virtual functions, virtual NICs): configured on the node, then moved into the pod.
 
-The NIC reaches the pod through the CDI 1.1 ``netDevices`` edit (the runtime moves and renames the interface); the
-claim status and the metadata file report the name, MAC and addresses the pod sees (``networkData``).
+The NIC reaches the pod through the CDI 1.1 ``netDevices`` edit (the runtime moves and renames the interface) —
+fakedev's way: DraNet writes no CDI and moves the interface from an NRI hook. The claim status carries DraNet's own
+conditions, and it and the metadata file report the name, MAC and addresses the pod sees (``networkData``).
 """
 
 from __future__ import annotations
@@ -39,17 +40,27 @@ class _NicPreparer(DevicePreparer[N]):
             ),
         )
 
+    def rdma_link(self, model: N) -> bool:
+        """Whether the NIC has an RDMA link (a RoCE function), which DraNet moves along with the netdev."""
+        return False
+
     def status_extras(self, model: N, *, device: str, nic: PreparedNic | None, now: str) -> StatusExtras:
         if nic is None:
             return StatusExtras()
-        ready: StatusCondition = {
-            "type": "NetworkReady",
-            "status": "True",
-            "reason": "InterfaceConfigured",
-            "lastTransitionTime": now,
-            "message": f"{nic.assignment.pod_ifname} configured",
-        }
-        return StatusExtras(after_ready=(ready,), network_data=render_network_data(nic))
+        ready, *after = render_conditions(rdma=self.rdma_link(model), now=now)
+        return StatusExtras(ready=ready, after_ready=tuple(after), network_data=render_network_data(nic))
+
+
+def render_conditions(*, rdma: bool, now: str) -> list[StatusCondition]:
+    """DraNet's conditions for a netdev device it attached, in its order: the netdev moved, the network configured,
+    then (a NIC with an RDMA link) the RDMA link moved. Every release writes the same ones: status True, no message.
+    (A netdev-less RDMA device would get ``Ready``/``RDMAOnlyDeviceReady``; fakedev's model has none.)"""
+    steps = [("Ready", "NetworkDeviceReady"), ("NetworkReady", "NetworkReady")]
+    if rdma:
+        # fakedev assumes the kernel's exclusive RDMA netns mode; in shared mode DraNet leaves the RDMA link where it
+        # is and writes no RDMALinkReady.
+        steps.append(("RDMALinkReady", "RDMALinkReady"))
+    return [{"type": t, "status": "True", "reason": r, "lastTransitionTime": now} for t, r in steps]
 
 
 class NicPfPreparer(_NicPreparer[NicPf]):
@@ -57,6 +68,9 @@ class NicPfPreparer(_NicPreparer[NicPf]):
         if model.link != LinkType.ETHERNET:
             raise ClaimError(f"{device} is an InfiniBand port; fakedev emulates only Ethernet NICs as veth")
         return HostNic(ifname=model.ifname, mac=model.mac, mtu=model.mtu)
+
+    def rdma_link(self, model: NicPf) -> bool:
+        return model.pci.rdma_device is not None
 
 
 class NicVfPreparer(_NicPreparer[NicVf]):
@@ -66,6 +80,9 @@ class NicVfPreparer(_NicPreparer[NicVf]):
         if model.pci.mtu is None:
             raise ClaimError(f"{device} is a VF whose PCI function has no MTU in the device model")
         return HostNic(ifname=model.ifname, mac=model.mac, mtu=model.pci.mtu)
+
+    def rdma_link(self, model: NicVf) -> bool:
+        return model.pci.rdma_device is not None
 
 
 class VirtualNicPreparer(_NicPreparer[VirtualNic]):
