@@ -51,6 +51,10 @@ check: venv ## ruff, mypy --strict, import-linter layering contracts
 bench: build ## Benchmarks; results in build/bench/results.json
 	$(FAKEDEV) bench --out build/bench
 
+.PHONY: deviceclasses
+deviceclasses: venv ## Regenerate deploy/deviceclasses/ and the chart's DeviceClass table from fakedev/render/classes.py
+	$(FAKEDEV) deviceclasses --update .
+
 fuzz: venv ## Standing fuzz run: 10 000 random examples per target (FUZZ_EXAMPLES=N), then per-target figures
 	FAKEDEV_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest tests/fuzz -m fuzz -n $(JOBS) -q
 

@@ -19,6 +19,7 @@ COMMANDS: Final = (
     "bench",
     "cluster",
     "conformance",
+    "deviceclasses",
     "drill",
     "fault",
     "image",

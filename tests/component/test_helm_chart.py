@@ -9,8 +9,9 @@ import pytest
 import yaml
 
 import fakedev
+from fakedev.model.releases import DRANET_DEFAULT, NVIDIA_DEFAULT, DranetRelease, DriverReleases, NvidiaRelease
 from fakedev.render import Schema
-from fakedev.render.classes import render_device_classes
+from fakedev.render.classes import ClassOrigin, render_device_classes
 from kubeclient import JsonObj
 from tests.helpers import CHART_DIR, CHART_VALUES_DIR, helm_template, run_helm
 
@@ -75,6 +76,8 @@ def test_every_value_changed_reaches_the_objects() -> None:
     assert "--kubelet-root=/opt/kubelet" in nvidia and "--cdi-dir=/etc/cdi" in nvidia
     assert not any(a.startswith(("--profile-from-node-label", "--rolling-update-uid")) for a in nvidia)
     assert "--if-schema-absent=fail" in nvidia and "--profile=dgx-h100" in nvidia
+    assert "--schema=nvidia@v25.12.0" in nvidia and "--schema=dranet@main" in args["plugin-dranet"]
+    assert [c["metadata"]["name"] for c in _classes(objects)] == ["vgpu.nvidia.com", "gpu.example.com"]
     (ds,) = _kinds(objects)["DaemonSet"]
     pod = ds["spec"]["template"]["spec"]
     container = pod["containers"][0]
@@ -88,23 +91,106 @@ def test_every_value_changed_reaches_the_objects() -> None:
     assert ds["spec"]["updateStrategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
 
 
-@pytest.mark.parametrize("extended", [True, False], ids=["extended-resources", "no-extended-resources"])
-@pytest.mark.parametrize("schema", list(Schema), ids=[s.value for s in Schema])
-def test_chart_device_classes_equal_fakedevs(schema: Schema, extended: bool) -> None:
-    only = [f"drivers.{s.value}.enabled={'true' if s is schema else 'false'}" for s in Schema]
-    objects = helm_template(
-        release="r", namespace="fd", sets=[*only, f"deviceClasses.extendedResourceNames={str(extended).lower()}"]
-    )
-    charted = [
+def _classes(objects: list[JsonObj]) -> list[JsonObj]:
+    """The chart's DeviceClasses without the chart's labels, comparable with fakedev's render."""
+    return [
         {
             "apiVersion": o["apiVersion"],
             "kind": o["kind"],
             "metadata": {"name": o["metadata"]["name"]},
             "spec": o["spec"],
         }
-        for o in _kinds(objects)["DeviceClass"]
+        for o in _kinds(objects).get("DeviceClass", [])
     ]
-    assert charted == render_device_classes(schema=schema, extended_resources=extended)
+
+
+def _only(schema: Schema) -> list[str]:
+    return [f"drivers.{s.value}.enabled={'true' if s is schema else 'false'}" for s in Schema]
+
+
+SCHEMA_RELEASES: list[tuple[Schema, DriverReleases]] = [
+    *((Schema.NVIDIA, DriverReleases(nvidia=r)) for r in NvidiaRelease),
+    *((Schema.DRANET, DriverReleases(dranet=r)) for r in DranetRelease),
+    (Schema.EXAMPLE, DriverReleases()),
+]
+
+
+def _release_sets(schema: Schema, releases: DriverReleases) -> list[str]:
+    match schema:
+        case Schema.NVIDIA:
+            return [f"drivers.nvidia.release={releases.nvidia.value}"]
+        case Schema.DRANET:
+            return [f"drivers.dranet.release={releases.dranet.value}"]
+        case Schema.EXAMPLE:
+            return []
+
+
+@pytest.mark.parametrize("extended", [True, False], ids=["extended-resources", "no-extended-resources"])
+@pytest.mark.parametrize(
+    ("schema", "releases"),
+    SCHEMA_RELEASES,
+    ids=[releases.name_of(schema.value) for schema, releases in SCHEMA_RELEASES],
+)
+def test_chart_device_classes_equal_fakedevs(schema: Schema, releases: DriverReleases, extended: bool) -> None:
+    objects = helm_template(
+        release="r",
+        namespace="fd",
+        sets=[
+            *_only(schema),
+            *_release_sets(schema, releases),
+            f"deviceClasses.extendedResourceNames={str(extended).lower()}",
+        ],
+    )
+    assert _classes(objects) == render_device_classes(schema=schema, releases=releases, extended_resources=extended)
+
+
+@pytest.mark.parametrize(
+    ("schema", "releases"),
+    SCHEMA_RELEASES,
+    ids=[releases.name_of(schema.value) for schema, releases in SCHEMA_RELEASES],
+)
+def test_plugin_serves_the_chosen_release(schema: Schema, releases: DriverReleases) -> None:
+    objects = helm_template(release="r", namespace="fd", sets=[*_only(schema), *_release_sets(schema, releases)])
+    (args,) = _container_args(objects).values()
+    assert [a for a in args if a.startswith("--schema=")] == [f"--schema={releases.name_of(schema.value)}"]
+
+
+def test_defaults_serve_the_newest_releases() -> None:
+    objects = helm_template(
+        release="r", namespace="fd", sets=["drivers.nvidia.enabled=true", "drivers.dranet.enabled=true"]
+    )
+    args = _container_args(objects)
+    assert f"--schema=nvidia@{NVIDIA_DEFAULT.value}" in args["plugin-nvidia"]
+    assert f"--schema=dranet@{DRANET_DEFAULT.value}" in args["plugin-dranet"]
+    assert "--schema=example" in args["plugin-example"]
+
+
+def test_release_classes_can_be_left_to_the_real_drivers_chart() -> None:
+    objects = helm_template(
+        release="r",
+        namespace="fd",
+        sets=[
+            "drivers.nvidia.enabled=true",
+            "drivers.dranet.enabled=true",
+            "drivers.nvidia.release=v25.12.0",
+            "deviceClasses.releaseClasses=false",
+        ],
+    )
+    releases = DriverReleases(nvidia=NvidiaRelease.V25_12_0)
+    own = [
+        c
+        for schema in Schema
+        for c in render_device_classes(schema=schema, releases=releases, origins=[ClassOrigin.FAKEDEV])
+    ]
+    assert _classes(objects) == own
+    assert [c["metadata"]["name"] for c in own] == ["vgpu.nvidia.com", "gpu.example.com"]
+
+
+def test_no_device_classes_at_all() -> None:
+    objects = helm_template(
+        release="r", namespace="fd", sets=["drivers.nvidia.enabled=true", "deviceClasses.create=false"]
+    )
+    assert _classes(objects) == []
 
 
 @pytest.mark.parametrize(
@@ -123,6 +209,9 @@ def test_chart_device_classes_equal_fakedevs(schema: Schema, extended: bool) -> 
         ("kubeletRoot=/var/lib/kubelet/", "/kubeletRoot", "does not match pattern"),
         ("apiServer.port=70000", "/apiServer/port", "maximum"),
         ("profile.nodeLabel=not a label", "/profile/nodeLabel", "does not match pattern"),
+        ("drivers.nvidia.release=v25.8.0", "/drivers/nvidia/release", "value must be one of 'v25.8.1', 'v25.12.0'"),
+        ("drivers.dranet.release=latest", "/drivers/dranet/release", "value must be one of 'v1.4.0', 'main'"),
+        ("drivers.example.release=v1", "/drivers/example", "additional properties 'release' not allowed"),
     ],
     ids=[
         "wrong-type-bool",
@@ -138,6 +227,9 @@ def test_chart_device_classes_equal_fakedevs(schema: Schema, extended: bool) -> 
         "trailing-slash-host-path",
         "port-out-of-range",
         "bad-label-key",
+        "unknown-nvidia-release",
+        "unknown-dranet-release",
+        "example-has-no-releases",
     ],
 )
 def test_values_schema_refuses_naming_the_field(setting: str, field: str, says: str) -> None:
