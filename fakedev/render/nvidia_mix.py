@@ -2,7 +2,8 @@
 
 Facts: docs/research/nvidia-releases.md sections 1.1, 2.1, 3.1 and 7. A profile's GPU modes stand for the driver's
 feature gates: a ``dynamic`` MIG GPU means DynamicMIG is on, a ``passthrough`` GPU means PassthroughSupport is on.
-vGPU GPUs are fakedev's own model (``extensions: [vgpu]``) and are left out of these rules.
+vGPU is fakedev's own model (``extensions: [vgpu]``) and is left out of these rules; bare MIG devices offered beside it
+(compatibility groups) are dynamic MIG and count as such.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def mix_problems(inventory: NodeInventory, *, release: NvidiaRelease) -> list[st
     pin = f"nvidia@{release.value}"
     problems: list[str] = []
     own = [g for g in inventory.gpus if not g.vgpu_modes]
-    dynamic = [g for g in own if g.mig_mode is MigMode.DYNAMIC]
+    # GPUs with dynamic MIG devices: dynamic-mode GPUs, and vGPU GPUs offering bare MIG beside (compatibility groups).
+    dynamic = list({m.parent.minor: m.parent for m in inventory.mig_devices if not m.precreated}.values())
     static = [g for g in own if g.mig_mode is MigMode.STATIC]
     if release is NvidiaRelease.V25_8_1:
         if dynamic:

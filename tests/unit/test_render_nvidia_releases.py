@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import pytest
@@ -330,7 +331,7 @@ def test_vfio_publishes_next_to_a_full_gpu_in_one_slice() -> None:
     ],
 )
 def test_mixes_the_release_cannot_publish_are_refused(gpus: str, release: NvidiaRelease, says: str) -> None:
-    with pytest.raises(RenderError, match=says) as raised:
+    with pytest.raises(RenderError, match=re.escape(says)) as raised:
         _render(gpus, release=release)
     assert f"nvidia@{release.value}" in str(raised.value)
 
@@ -365,3 +366,11 @@ def test_attribute_table_names_each_attribute_once_and_only_publishable_kinds() 
     assert len({row.name for row in ATTRIBUTES}) == len(ATTRIBUTES)
     v25_8 = {k for row in ATTRIBUTES for k in row.kinds[NvidiaRelease.V25_8_1]}
     assert v25_8 == {NvidiaKind.GPU, NvidiaKind.MIG_STATIC}
+
+
+def test_bare_mig_beside_vgpu_is_dynamic_mig_which_v25_8_1_lacks() -> None:
+    both = '  - {product: h100-sxm5-80gb, root: "pci0000:50", vgpu: {modes: [time-sliced, mig-backed]}}'
+    extra = "extensions: [vgpu]\nfeatures: {compatibilityGroups: true}"
+    with pytest.raises(RenderError, match=re.escape("nvidia@v25.8.1 has no dynamic MIG")):
+        _render(both, release=NvidiaRelease.V25_8_1, extra=extra)
+    assert "gpu-0-mig-1g10gb-19-0" in _devices(_render(both, release=NvidiaRelease.V25_12_0, extra=extra))
