@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Final
+from typing import Final, Protocol
 
 from fakedev.model.catalog import GpuProduct
 from fakedev.model.inventory import GpuDevice, MigDevice, NodeInventory, PassthroughGpu, VgpuDevice
@@ -48,7 +48,11 @@ SLOTS_COUNTER: Final = "vgpu-slots"
 GROUP_MIG: Final = "mig"
 GROUP_VGPU_MIG: Final = "vgpu-mig"
 
-StaticMigName = Callable[..., str]
+
+class StaticMigName(Protocol):
+    def __call__(self, *, parent_minor: int, profile: MigProfile, placement: Placement) -> str: ...
+
+
 STATIC_MIG_NAMES: Final[Mapping[NvidiaRelease, StaticMigName]] = MappingProxyType(
     {
         NvidiaRelease.V25_8_1: names.mig_device_by_size,
@@ -149,6 +153,7 @@ def _facts(
 def _vfio(gpu: PassthroughGpu, *, release: NvidiaRelease, pool: str) -> tuple[Device, PublishedDevice]:
     """A GPU bound to vfio-pci: what a VM needs to know (PCI identity and place), nothing the host driver reports
     (no brand, architecture, driver or CUDA version: the host's NVIDIA driver does not own it)."""
+    # No NVML attribute is published for vfio, so the host driver's software versions never show.
     facts = _facts(kind=NvidiaKind.VFIO, gpu=gpu, software=NvidiaSoftware(), uuid=None)
     attributes = nvidia_schema.attributes(facts, release=release)
     device: Device = {
