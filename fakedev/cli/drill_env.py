@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fakedev.cli.rig import FakeNodeRig, RigSite, RigSpec, remove_fabric
-from fakedev.errors import ControlError, ControlRefusedError
+from fakedev.errors import ControlError, ControlRefusedError, ProfileError
 from fakedev.faults import CallFault
 from fakedev.nics import hardware
 from fakedev.plugin.protocol import Call, ControlClient
-from fakedev.render import Schema
+from fakedev.render import Schema, SchemaPin, parse_schema
 from harness.cluster.nodes import DEFAULT_CAPACITY
 from harness.drills.runner import StepFailed
 from harness.drills.scenario import FaultKind, FaultStep, NodeSpec, Scenario
@@ -39,6 +39,14 @@ def _profile_path(profile: str, *, scenario: Scenario) -> str:
     if profile.endswith((".yaml", ".yml")) and not Path(profile).is_absolute():
         return str((scenario.path.parent / profile).resolve())
     return profile
+
+
+def _pins(spec: NodeSpec) -> tuple[tuple[Schema, SchemaPin], ...]:
+    """The node's drivers as schemas and release pins (``nvidia@main``); an unknown release fails the set-up."""
+    try:
+        return tuple(parse_schema(d) for d in spec.drivers)
+    except ProfileError as exc:
+        raise StepFailed(f"node {spec.name}: {exc}") from exc
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,7 +79,8 @@ class FakedevDrillEnvironment:
             rootfs_cache=self.base / "cache",
         )
         for spec in scenario.nodes:
-            schemas = tuple(Schema(d) for d in spec.drivers) if spec.drivers else None
+            pins = _pins(spec)
+            schemas = tuple(schema for schema, _ in pins) if pins else None
             rig = FakeNodeRig.start(
                 RigSpec(
                     name=f"{prefix}-{spec.name}"[:63].strip("-"),
@@ -81,6 +90,7 @@ class FakedevDrillEnvironment:
                     fabric=self.fabric,
                     wipe_grace=spec.wipe_grace,
                     capacity=_capacity(spec),
+                    pins=tuple(pin for _, pin in pins),
                 ),
                 site=site,
             )

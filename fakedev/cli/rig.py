@@ -21,7 +21,7 @@ from fakedev.nics.node import NodeNics, install_node_nics, nic_namespaces
 from fakedev.plugin.paths import PluginPaths
 from fakedev.plugin.protocol import ControlClient
 from fakedev.profiles import load_profile
-from fakedev.render import Schema, default_schemas
+from fakedev.render import Schema, SchemaPin, default_schemas
 from harness.cluster.nodes import NodeHeartbeats, delete_node
 from harness.errors import ComponentError, NotReadyError
 from harness.kube.waits import wait_list
@@ -56,19 +56,31 @@ NO_API_ARGUMENTS: Final = (*PLUGIN_PLACEHOLDERS[:6], "--no-api")
 
 
 def plugin_arguments(
-    *, profile: str, schema: Schema | None = None, extra: Sequence[str] = (), api: bool = True
+    *,
+    profile: str,
+    schema: Schema | None = None,
+    pin: SchemaPin | None = None,
+    extra: Sequence[str] = (),
+    api: bool = True,
 ) -> tuple[str, ...]:
     """The arguments of ``fakedev plugin`` (after the command word) for a node the harness names through placeholders;
-    ``schema`` None: the profile's only one; ``api`` False: no API server (no slices, every unknown claim fails)."""
-    chosen = ("--schema", schema.value) if schema is not None else ()
+    ``schema`` None: the profile's only one; ``pin``: ``schema`` at a release of the real driver (``nvidia@main``)
+    instead of the profile's; ``api`` False: no API server (no slices, every unknown claim fails)."""
+    named = pin.render() if pin is not None else schema.value if schema is not None else None
+    chosen = ("--schema", named) if named is not None else ()
     return ("--profile", profile, *chosen, *(PLUGIN_PLACEHOLDERS if api else NO_API_ARGUMENTS), *extra)
 
 
 def plugin_command(
-    *, profile: str, schema: Schema | None = None, extra: Sequence[str] = (), api: bool = True
+    *,
+    profile: str,
+    schema: Schema | None = None,
+    pin: SchemaPin | None = None,
+    extra: Sequence[str] = (),
+    api: bool = True,
 ) -> tuple[str, ...]:
     """``fakedev plugin`` as the harness launches any driver: a command line with per-node placeholders."""
-    arguments = plugin_arguments(profile=profile, schema=schema, extra=extra, api=api)
+    arguments = plugin_arguments(profile=profile, schema=schema, pin=pin, extra=extra, api=api)
     return (sys.executable, "-m", "fakedev", "plugin", *arguments)
 
 
@@ -128,12 +140,21 @@ def remove_fabric(fabric: str) -> None:
 
 
 def plugin_driver(
-    *, hardware: NodeHardware, schema: Schema, extra: Sequence[str] = (), profile: str | None = None
+    *,
+    hardware: NodeHardware,
+    schema: Schema,
+    pin: SchemaPin | None = None,
+    extra: Sequence[str] = (),
+    profile: str | None = None,
 ) -> DriverSpec:
-    """The fake plugin of ``schema`` for a node with ``hardware`` (``profile``: a path the plugin reads instead)."""
+    """The fake plugin of ``schema`` for a node with ``hardware`` (``pin``: at that release of the real driver;
+    ``profile``: a path the plugin reads instead)."""
     return template_driver(
         plugin_command(
-            profile=profile or hardware.profile, schema=schema, extra=(*hardware.plugin_args(schema), *extra)
+            profile=profile or hardware.profile,
+            schema=schema,
+            pin=pin,
+            extra=(*hardware.plugin_args(schema), *extra),
         )
     )
 
@@ -182,6 +203,11 @@ class RigSpec:
     """The Node's capacity; None: the emulator's default."""
     plugin_args: tuple[str, ...] = ()
     """Extra flags for every fake plugin (e.g. ``--log-level WARNING``)."""
+    pins: tuple[SchemaPin, ...] = ()
+    """Releases of the real drivers to pin plugins to (``nvidia@main``); a schema without one uses the profile's."""
+
+    def pin_of(self, schema: Schema) -> SchemaPin | None:
+        return next((p for p in self.pins if p.schema == schema.value and p.release is not None), None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -290,7 +316,9 @@ class FakeNodeRig:
             raise ComponentError(f"node {self.name} has no profile; it can serve other drivers only (add_driver)")
         process = DriverProcess(
             name=f"plugin-{schema.value}",
-            spec=plugin_driver(hardware=self.hardware, schema=schema, extra=self.spec.plugin_args),
+            spec=plugin_driver(
+                hardware=self.hardware, schema=schema, pin=self.spec.pin_of(schema), extra=self.spec.plugin_args
+            ),
             context=self.context,
             run=self.node.run,
         )

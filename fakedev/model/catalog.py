@@ -4,12 +4,17 @@ Numbers follow the project's reference (shared/reference/devices.md); where it g
 source is cited where the number is used. Engines are listed as SM / copy engines / decoders / encoders / JPEG / OFA;
 none of these datacenter parts has NVENC, so encoders are 0 throughout (the NVIDIA driver still publishes the
 counter).
+
+``addressingMode`` follows live captures where one exists (A100, H100, H200, B200: HMM on x86 hosts; for reference,
+A30 shows None and the Grace-coupled GB200/GB300 show ATS, neither in this catalogue); the entries marked "inferred"
+have no capture of their own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from types import MappingProxyType
 from typing import Final
 
@@ -24,10 +29,20 @@ GPU_VF_OFFSET: Final = 4
 GPU_VF_STRIDE: Final = 1
 
 
+class AddressingMode(StrEnum):
+    """NVML's memory addressing mode (the NVIDIA driver's ``addressingMode`` attribute from v25.12.0)."""
+
+    ATS = "ATS"  # address translation services: Grace-coupled GPUs (GB200, GB300)
+    HMM = "HMM"  # heterogeneous memory management on x86 hosts
+    NONE = "None"
+
+
 @dataclass(frozen=True, kw_only=True)
 class GpuProduct:
     key: str  # the name profiles use
     product_name: str  # NVML's device name, published as productName
+    pci_name: str  # the PCI IDs database's name (pci.ids), what the driver publishes as a vfio device's productName
+    addressing_mode: AddressingMode | None  # None: NVML says not supported, and the driver omits the attribute
     architecture: str
     compute_capability: str
     ids: PciIds
@@ -103,6 +118,9 @@ _A100_ENGINES: Final = {
 A100_40: Final = GpuProduct(
     key="a100-sxm4-40gb",
     product_name="NVIDIA A100-SXM4-40GB",
+    pci_name="GA100 [A100 SXM4 40GB]",
+    # HMM: a live A100-PCIE-40GB capture (dra-driver-nvidia-gpu PR #717) and driver 0.5.0 on p4d (A100-SXM4-40GB).
+    addressing_mode=AddressingMode.HMM,
     architecture="Ampere",
     compute_capability="8.0",
     ids=PciIds(
@@ -132,6 +150,9 @@ A100_40: Final = GpuProduct(
 A100_80: Final = GpuProduct(
     key="a100-sxm4-80gb",
     product_name="NVIDIA A100-SXM4-80GB",
+    pci_name="GA100 [A100 SXM4 80GB]",
+    # HMM inferred from the A100-40GB captures (same chip, same x86 hosts).
+    addressing_mode=AddressingMode.HMM,
     architecture="Ampere",
     compute_capability="8.0",
     ids=PciIds(
@@ -185,6 +206,9 @@ _H100_PROFILES: Final = _profiles(
 H100_SXM: Final = GpuProduct(
     key="h100-sxm5-80gb",
     product_name="NVIDIA H100 80GB HBM3",
+    pci_name="GH100 [H100 SXM5 80GB]",
+    # HMM: driver 0.5.0 on p5.48xlarge (H100 80GB HBM3).
+    addressing_mode=AddressingMode.HMM,
     architecture="Hopper",
     compute_capability="9.0",
     ids=PciIds(
@@ -231,6 +255,9 @@ _H200_TIME_SLICED: Final = ((141, 1), (70, 2), (35, 4), (28, 5), (17, 8), (14, 1
 H200_SXM: Final = GpuProduct(
     key="h200-sxm-141gb",
     product_name="NVIDIA H200",
+    pci_name="GH100 [H200 SXM 141GB]",
+    # HMM: what the H200 captures on x86 HGX hosts show.
+    addressing_mode=AddressingMode.HMM,
     architecture="Hopper",
     compute_capability="9.0",
     ids=PciIds(
@@ -253,6 +280,9 @@ H200_SXM: Final = GpuProduct(
 H200_NVL: Final = GpuProduct(
     key="h200-nvl-141gb",
     product_name="NVIDIA H200 NVL",
+    pci_name="GH100 [H200 NVL]",
+    # HMM inferred: same chip as the H200 SXM, on x86 PCIe hosts.
+    addressing_mode=AddressingMode.HMM,
     architecture="Hopper",
     compute_capability="9.0",
     ids=PciIds(
@@ -282,6 +312,9 @@ _B200_MIB: Final = 183359
 B200: Final = GpuProduct(
     key="b200-180gb",
     product_name="NVIDIA B200",
+    pci_name="GB100 [B200]",
+    # HMM: driver 0.5.0 on p6-b200 (x86 HGX B200).
+    addressing_mode=AddressingMode.HMM,
     architecture="Blackwell",
     compute_capability="10.0",
     ids=PciIds(

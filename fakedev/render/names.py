@@ -32,6 +32,11 @@ def mig_device(*, parent_minor: int, profile: MigProfile, placement: Placement) 
     return f"gpu-{parent_minor}-mig-{sanitize_label(profile.name)}-{profile.gi_profile_id}-{placement.start}"
 
 
+def mig_device_by_size(*, parent_minor: int, profile: MigProfile, placement: Placement) -> str:
+    """The NVIDIA driver v25.8.1's static MIG name: ``gpu-0-mig-19-0-1`` (GI profile ID, placement start, size)."""
+    return f"gpu-{parent_minor}-mig-{profile.gi_profile_id}-{placement.start}-{placement.size}"
+
+
 def vgpu_device(*, parent_minor: int, vgpu_type: str, index: int) -> str:
     # MIG-backed types use their placement start as index, time-sliced types their slot number.
     return f"gpu-{parent_minor}-vgpu-{sanitize_label(vgpu_type)}-{index}"

@@ -125,7 +125,8 @@ def render_html(results: Sequence[DrillResult], *, title: str) -> str:
             f"<td>{html.escape(s.message)}</td></tr>"
             for s in r.steps
         )
-        nodes = ", ".join(f"{k} → {v}" for k, v in r.nodes.items())
+        drivers = {n.name: f" ({', '.join(n.drivers)})" if n.drivers else "" for n in r.scenario.nodes}
+        nodes = ", ".join(f"{k} → {v}{drivers.get(k, '')}" for k, v in r.nodes.items())
         sections.append(
             f'<section class="drill" id="{html.escape(r.scenario.name)}"><h2>{html.escape(r.scenario.name)} — '
             f'<span class="{r.outcome}">{r.outcome}</span></h2>'

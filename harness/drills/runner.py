@@ -229,6 +229,9 @@ class DrillRun:
             )
             self.nodes = self.env.start_nodes(self.scenario, prefix=prefix)
             result.nodes = dict(self.nodes)
+            for spec in self.scenario.nodes:
+                if any("@" in d for d in spec.drivers):  # a drill that needs a release says which it ran on
+                    self.progress(f"node {spec.name} runs {', '.join(spec.drivers)}")
             for c in self.scenario.classes:
                 self.make_class(c.name, c.cel, c.extended_resource_name, prefix=prefix)
             sampler.start()

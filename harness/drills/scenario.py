@@ -12,6 +12,7 @@ Steps are typed per kind: :class:`WorkloadStep` (apply, delete), :class:`Conditi
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,8 @@ MAX_SECONDS: Final = 24 * 3600.0
 """The longest timeout, grace period or delay a scenario may ask for."""
 MAX_REPLICAS: Final = 5000
 MAX_PODS: Final = 10_000
+_RELEASE_RE: Final = re.compile(r"^[a-z0-9][a-z0-9.]{0,31}$")
+"""What may follow ``<schema>@`` in a node's drivers (``main``, ``v0.4.1``); the fake driver knows which exist."""
 
 
 class StepKind(enum.StrEnum):
@@ -109,7 +112,9 @@ class NodeSpec:
     name: str
     profile: str
     drivers: tuple[str, ...] = ()
-    """Schemas to run (nvidia, dranet, example); empty: every schema the profile has devices for."""
+    """Schemas to run (nvidia, dranet, example), each optionally pinned to a release of the real driver
+    (``nvidia@main``: a drill that needs what only that release publishes); empty: every schema the profile has
+    devices for, at the profile's releases."""
     wipe_grace: float = 30.0
     max_pods: int | None = None
     """The Node's pod capacity (default 250, as the emulator registers nodes)."""
@@ -503,8 +508,12 @@ def parse_scenario(text: str | bytes, *, source: str) -> Scenario:
         )
         drivers = tuple(d.string() for d in f["drivers"].sequence()) if "drivers" in f else ()
         for d in drivers:
-            if d not in ("nvidia", "dranet", "example"):
-                raise f["drivers"].fail(f"unknown driver schema {d!r} (nvidia, dranet, example)")
+            # The release after '@' is checked by the fake driver, which knows its releases (the harness does not).
+            schema, at, release = d.partition("@")
+            if schema not in ("nvidia", "dranet", "example") or (at and not _RELEASE_RE.match(release)):
+                raise f["drivers"].fail(
+                    f"unknown driver schema {d!r} (nvidia, dranet, example; pinned to a release: nvidia@main)"
+                )
         nodes.append(
             NodeSpec(
                 name=f["name"].string(),

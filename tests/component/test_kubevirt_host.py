@@ -26,7 +26,8 @@ def test_passthrough_gpus_are_published_as_vfio_devices(inventory: NodeInventory
     assert attrs["type"] == {"string": "vfio"}
     assert attrs["resource.kubernetes.io/pciBusID"] == {"string": "0000:4b:00.0"}
     assert attrs["deviceID"] == {"string": "0x2330"} and attrs["vendorID"] == {"string": "0x10de"}
-    assert "uuid" not in attrs and "mdevUUID" not in attrs
+    assert "mdevUUID" not in attrs
+    assert not attrs["uuid"]["string"].startswith("GPU-")  # the driver's name-based UUID of the PCI address
     assert vfio["gpu-vfio-0"].capacity["addressableMemory"] == {"value": "81559Mi"}
     # The host driver owns only the vGPU GPU: it is minor 0, and the passthrough GPUs are not NVIDIA devices.
     assert [g.bdf.render() for g in inventory.gpus] == ["0000:cc:00.0"]

@@ -1,17 +1,20 @@
-"""Fuzzing node profiles: any input is a clean ProfileError or a profile that resolves and renders, in bounded time
-and memory. Examples per run: ``FAKEDEV_FUZZ_EXAMPLES`` (default 200)."""
+"""Fuzzing node profiles: any input is a clean ProfileError or a profile that resolves and renders (or, for a device
+mix its NVIDIA driver release cannot publish, a RenderError naming the release), in bounded time and memory.
+Examples per run: ``FAKEDEV_FUZZ_EXAMPLES`` (default 200)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import pytest
 from hypothesis import given
 
-from fakedev.errors import ProfileError
+from fakedev.errors import ProfileError, RenderError
 from fakedev.model.inventory import resolve_inventory
 from fakedev.model.profile import NodeProfile, parse_profile
 from fakedev.render import render_node
+from fakedev.render.nvidia_mix import mix_problems
 from tests.fuzz.fuzzing import MARKS, Figures
 from tests.fuzz.yaml_mutations import (
     POSITIONED_ERROR,
@@ -54,4 +57,9 @@ def test_any_profile_is_a_clean_error_or_renders(data: str | bytes, figures: Fig
         accept()
         assert isinstance(profile, NodeProfile)
         assert_no_nan(profile)
-        render_node(resolve_inventory(profile, node_name="fuzz-node"))
+        inventory = resolve_inventory(profile, node_name="fuzz-node")
+        if mix_problems(inventory, release=profile.releases.nvidia):
+            with pytest.raises(RenderError, match=re.escape(f"nvidia@{profile.releases.nvidia.value}")):
+                render_node(inventory)
+            return
+        render_node(inventory)

@@ -222,3 +222,21 @@ def test_every_shipped_scenario_reads_into_typed_steps(name: str) -> None:
     for step in scenario.steps:
         assert isinstance(step, WorkloadStep | ConditionStep | FaultStep)
         assert step.timeout > 0 and math.isfinite(step.timeout)
+
+
+@pytest.mark.parametrize(
+    ("drivers", "parsed"),
+    [("[nvidia, dranet]", ("nvidia", "dranet")), ('["nvidia@main", dranet]', ("nvidia@main", "dranet"))],
+    ids=["schemas", "pinned-release"],
+)
+def test_node_drivers_may_pin_a_release(drivers: str, parsed: tuple[str, ...]) -> None:
+    text = HEAD.replace("profile: seed-example}", f"profile: dgx-h100, drivers: {drivers}}}", 1)
+    scenario = parse_scenario(text + "  - {apply: first}\n", source="d.yaml")
+    assert scenario.nodes[0].drivers == parsed
+
+
+@pytest.mark.parametrize("driver", ["gpu@main", "nvidia@", "nvidia@Main!"], ids=["schema", "empty", "characters"])
+def test_unknown_driver_schemas_are_refused(driver: str) -> None:
+    text = HEAD.replace("profile: seed-example}", f'profile: dgx-h100, drivers: ["{driver}"]}}', 1)
+    with pytest.raises(ScenarioError, match="unknown driver schema"):
+        parse_scenario(text + "  - {apply: first}\n", source="d.yaml")

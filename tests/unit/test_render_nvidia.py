@@ -74,12 +74,12 @@ def test_counter_set_of_an_h100() -> None:
         "encoders": "0",
         "jpeg-engines": "7",
         "ofa-engines": "1",
-        "memory": "81559Mi",
+        "memory": "81152Mi",  # the 7g.80gb profile's memory, not NVML's total (81559Mi)
         **{f"memory-slice-{i}": "1" for i in range(8)},
     }
 
 
-def test_full_gpu_attributes_and_capacity() -> None:
+def test_full_gpu_attributes_and_capacity_at_the_default_release() -> None:
     gpu = devices("dgx-h100")["gpu-4"]
     inventory_gpu = rendered("dgx-h100").device(driver="gpu.nvidia.com", pool=NODE, name="gpu-4").model
     assert isinstance(inventory_gpu, GpuDevice)
@@ -92,12 +92,20 @@ def test_full_gpu_attributes_and_capacity() -> None:
         "cudaComputeCapability": {"version": "9.0.0"},
         "driverVersion": {"version": "580.95.5"},
         "cudaDriverVersion": {"version": "13.0.0"},
-        "pcieBusID": {"string": "0000:97:00.0"},
         "resource.kubernetes.io/pciBusID": {"string": "0000:97:00.0"},
         "resource.kubernetes.io/pcieRoot": {"string": "pci0000:90"},
-        "resource.kubernetes.io/numaNode": {"int": 1},
+        "addressingMode": {"string": "HMM"},
     }
-    assert gpu["capacity"] == {"memory": {"value": "81559Mi"}}
+    # Under dynamic MIG: the largest profile's value of every MIG dimension.
+    assert {k: v["value"] for k, v in gpu["capacity"].items()} == {
+        "multiprocessors": "132",
+        "copyEngines": "8",
+        "decoders": "7",
+        "encoders": "0",
+        "jpegEngines": "7",
+        "ofaEngines": "1",
+        "memory": "81152Mi",
+    }
 
 
 def test_full_gpu_consumes_every_counter() -> None:
@@ -161,7 +169,7 @@ def test_mig_attributes_and_capacity() -> None:
     assert attributes["profile"] == {"string": "2g.20gb"}
     assert attributes["parentUUID"] == {"string": parent.uuid}
     assert "uuid" not in attributes  # not created yet
-    assert "resource.kubernetes.io/pciBusID" not in attributes  # KubeVirt would pass the whole GPU through
+    assert attributes["resource.kubernetes.io/pciBusID"] == {"string": "0000:53:00.0"}  # the parent's
     assert attributes["resource.kubernetes.io/pcieRoot"] == {"string": "pci0000:50"}
     assert {k: v["value"] for k, v in device["capacity"].items()} == {
         "multiprocessors": "32",
@@ -192,7 +200,7 @@ def test_disabled_mig_publishes_only_the_whole_gpu() -> None:
     assert {n for n in published if n.startswith("gpu-3")} == {"gpu-3"}
     assert "consumesCounters" not in published["gpu-3"]
     counter_sets = [c["name"] for s in rendered("a100-mixed").slices for c in s["spec"].get("sharedCounters", [])]
-    assert counter_sets == ["gpu-0-counter-set", "gpu-4-counter-set"]
+    assert counter_sets == []  # no dynamic MIG on this node
 
 
 def test_partitionable_gpu_slices_stay_within_64_devices() -> None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from fakedev.cli.rig import PLUGIN_PLACEHOLDERS, NodeHardware, plugin_arguments, plugin_command
+from fakedev.cli.rig import PLUGIN_PLACEHOLDERS, NodeHardware, RigSpec, plugin_arguments, plugin_command
 from fakedev.model.inventory import resolve_inventory
 from fakedev.nics.hardware import NicHardware
 from fakedev.nics.node import NodeNics
 from fakedev.nics.ports import compute_ports
 from fakedev.profiles import load_profile
-from fakedev.render import Schema
+from fakedev.render import Schema, parse_schema
 from harness.node.drivers import DriverContext, render_driver_argv
 
 
@@ -69,3 +69,16 @@ def test_a_node_whose_nics_were_left_out_gives_the_dranet_plugin_nothing() -> No
     hardware = _hardware("dgx-h100", with_nics=False)
     assert hardware.plugin_args(Schema.DRANET) == ()
     assert _hardware("seed-example", with_nics=False).schemas == (Schema.EXAMPLE,)
+
+
+def test_a_pinned_release_is_passed_to_the_plugin() -> None:
+    _, pin = parse_schema("nvidia@main")
+    arguments = plugin_arguments(profile="dgx-h100", schema=Schema.NVIDIA, pin=pin)
+    assert arguments[:4] == ("--profile", "dgx-h100", "--schema", "nvidia@main")
+
+
+def test_a_rig_pins_only_the_schemas_its_spec_names() -> None:
+    pins = tuple(parse_schema(d)[1] for d in ("nvidia@main", "dranet"))
+    spec = RigSpec(name="n", profile="dgx-h100", pins=pins)
+    assert spec.pin_of(Schema.NVIDIA) == pins[0]
+    assert spec.pin_of(Schema.DRANET) is None  # no release named: the profile's
