@@ -12,11 +12,13 @@ from typing import Any
 import pytest
 
 from fakedev.driver import metadata
+from fakedev.driver.cdi_layout import CdiLayout, cdi_layout_for
 from fakedev.driver.checkpoint import ClaimRecord
 from fakedev.driver.claims import compute_claim_plan
 from fakedev.driver.plan import (
     PrepareDirs,
     PreparePlan,
+    compute_base_spec,
     compute_device_configs,
     compute_nic_assignments,
     compute_prepare_plan,
@@ -25,6 +27,7 @@ from fakedev.driver.plan import (
 )
 from fakedev.driver.preparers import PREPARERS, MdevRequest
 from fakedev.errors import ClaimError
+from fakedev.model.releases import NVIDIA_DEFAULT, NvidiaRelease
 from fakedev.model.inventory import (
     DeviceKind,
     ExampleGpu,
@@ -39,7 +42,7 @@ from fakedev.model.inventory import (
 )
 from fakedev.nics.plan import HostNic, NicAssignment, PreparedNic
 from fakedev.profiles import load_profile
-from fakedev.render import PublishedDevice, RenderedNode, render_node
+from fakedev.render import PublishedDevice, RenderedNode, Schema, render_node
 
 NODE = "node-p"
 UID = "0f1e2d3c-aaaa-bbbb-cccc-000000000001"
@@ -106,6 +109,7 @@ def _plan(
     fabric: bool = False,
     others: Sequence[PreparedNic] = (),
     generation: int = 1,
+    release: NvidiaRelease = NVIDIA_DEFAULT,
 ) -> PreparePlan:
     claim = compute_claim_plan(
         _claim(driver, results, uid=uid, config=config, pod_claim=pod_claim), uid=uid, driver=driver, node_name=NODE
@@ -115,12 +119,19 @@ def _plan(
     nics = compute_nic_assignments(
         claim=claim, published=published, configs=configs, node_name=NODE, kept={}, others=others
     )
+    layout = _layout(driver, release=release)
     return compute_prepare_plan(
         claim=claim,
         published=published,
         configs=configs,
         nics=nics,
         driver=driver,
+        layout=layout,
+        base_spec=compute_base_spec(
+            layout=layout,
+            devices=[(r.device, p) for r, p in sorted(_rendered(profile, fabric=fabric).devices.items())],
+            dev_root=DIRS.dev_root,
+        ),
         node_name=NODE,
         dirs=DIRS,
         generation=generation,
@@ -128,7 +139,13 @@ def _plan(
     )
 
 
+def _layout(driver: str, *, release: NvidiaRelease = NVIDIA_DEFAULT) -> CdiLayout:
+    schema = next(s for s in Schema if s.driver == driver)
+    return cdi_layout_for(schema=schema, nvidia=release, driver=driver)
+
+
 def _spec(plan: PreparePlan) -> Any:
+    assert plan.claim_spec is not None
     return plan.claim_spec.spec.to_json()
 
 
@@ -179,8 +196,9 @@ def test_full_gpu_plan() -> None:
     assert plan.fake_nodes == tuple(
         DIRS.dev_root / n for n in ("nvidia0", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
     )
-    assert plan.claim_spec.file_name == f"k8s.gpu.nvidia.com-device_{UID}.json"
-    assert _spec(plan)["kind"] == "k8s.gpu.nvidia.com/device"
+    assert plan.claim_spec is not None
+    assert plan.claim_spec.file_name == f"k8s.gpu.nvidia.com-claim_{UID}.yaml"
+    assert _spec(plan)["kind"] == "k8s.gpu.nvidia.com/claim"
     edits = _edits(plan, "gpu-0")
     assert edits["env"] == [f"NVIDIA_VISIBLE_DEVICES={uuid}", f"FAKEDEV_GPU_0_UUID={uuid}"]
     assert edits["deviceNodes"][0] == {
@@ -239,8 +257,8 @@ def test_full_gpu_status_answer_and_record() -> None:
     )
     # The metadata device rides on the first device of its request only.
     assert [d.cdi_device_ids for d in plan.prepared] == [
-        (f"k8s.gpu.nvidia.com/device={UID}-gpu-0", f"gpu.nvidia.com/metadata={UID}_gpu"),
-        (f"k8s.gpu.nvidia.com/device={UID}-gpu-1",),
+        (f"k8s.gpu.nvidia.com/claim={UID}-gpu-0", f"gpu.nvidia.com/metadata={UID}_gpu"),
+        (f"k8s.gpu.nvidia.com/claim={UID}-gpu-1",),
     ]
     assert plan.prepared[1].share_id == "share-1"
     assert plan.record == {
@@ -252,18 +270,18 @@ def test_full_gpu_status_answer_and_record() -> None:
                 "requestNames": ["gpu"],
                 "pool": NODE,
                 "device": "gpu-0",
-                "cdiDeviceIDs": [f"k8s.gpu.nvidia.com/device={UID}-gpu-0", f"gpu.nvidia.com/metadata={UID}_gpu"],
+                "cdiDeviceIDs": [f"k8s.gpu.nvidia.com/claim={UID}-gpu-0", f"gpu.nvidia.com/metadata={UID}_gpu"],
                 "shareID": None,
             },
             {
                 "requestNames": ["gpu"],
                 "pool": NODE,
                 "device": "gpu-1",
-                "cdiDeviceIDs": [f"k8s.gpu.nvidia.com/device={UID}-gpu-1"],
+                "cdiDeviceIDs": [f"k8s.gpu.nvidia.com/claim={UID}-gpu-1"],
                 "shareID": "share-1",
             },
         ],
-        "cdiSpecFiles": [f"k8s.gpu.nvidia.com-device_{UID}.json", f"gpu.nvidia.com_metadata_{UID}_gpu.json"],
+        "cdiSpecFiles": [f"k8s.gpu.nvidia.com-claim_{UID}.yaml", f"gpu.nvidia.com_metadata_{UID}_gpu.json"],
         "metadataDir": f"ns_c_{UID}",
         "metadataGeneration": 2,
         "nics": [],
@@ -425,7 +443,7 @@ def test_vgpu_creates_its_mdev_and_reports_its_uuid_in_metadata() -> None:
     assert _node_paths(edits) == ["/dev/vfio/vfio", f"/dev/vfio/{vgpu.iommu_group}"]
 
 
-def test_vfio_passthrough_gets_its_iommu_group_node() -> None:
+def test_vfio_passthrough_gets_its_iommu_group_node_only() -> None:
     gpu = _published("kubevirt-host", NVIDIA, "gpu-vfio-1").model
     assert isinstance(gpu, PassthroughGpu)
     config = [_config(NVIDIA, "resource.nvidia.com/v1beta1", kind="VfioDeviceConfig", env={"X": "y"})]
@@ -437,10 +455,12 @@ def test_vfio_passthrough_gets_its_iommu_group_node() -> None:
         f"FAKEDEV_GPU_VFIO_1_IOMMU_GROUP={group}",
         "X=y",
     ]
+    # v0.4.1 adds the API node only with VfioDeviceConfig iommu.enableAPIDevice (which fakedev does not take).
     assert [(n["path"], n["hostPath"]) for n in edits["deviceNodes"]] == [
-        ("/dev/vfio/vfio", "/plugin/dev/vfio/vfio"),
         (f"/dev/vfio/{group}", f"/plugin/dev/vfio/{group}"),
     ]
+    assert _spec(plan)["containerEdits"] == {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}
+    assert plan.fake_nodes == (DIRS.dev_root / "vfio" / str(group),)
     assert plan.mdevs == ()
 
 
@@ -630,8 +650,9 @@ def test_unprepare_without_a_record_looks_only_at_the_uids_own_directory_and_the
     )
     assert plan.metadata_dir == DIRS.metadata_root / f"ns_c_{UID}"
     assert plan.legacy_metadata_dir == DIRS.metadata_root / "ns_c"  # removed only if its files name this UID
-    assert (plan.claim_spec_file, plan.metadata_spec_prefix) == (
-        f"k8s.gpu.nvidia.com-device_{UID}.json",
+    # Every name a claim spec has had, so one prepared under another release (or an older fakedev) goes too.
+    assert (plan.claim_spec_files, plan.metadata_spec_prefix) == (
+        (f"k8s.gpu.nvidia.com-device_{UID}.json", f"k8s.gpu.nvidia.com-claim_{UID}.yaml"),
         f"gpu.nvidia.com_metadata_{UID}_",
     )
 
@@ -655,14 +676,16 @@ def test_unprepare_with_a_record_removes_the_directory_it_names_if_that_is_a_pla
 def test_a_recorded_claim_depends_on_its_specs_and_each_requests_metadata_file() -> None:
     plan = _plan("dgx-h100", NVIDIA, [("a", "gpu-0", None), ("a", "gpu-1", None), ("b/x", "gpu-2", None)])
     claim_dir = DIRS.metadata_root / f"ns_c_{UID}"
-    assert compute_recorded_files(plan.record, dirs=DIRS) == (
-        DIRS.cdi_dir / f"k8s.gpu.nvidia.com-device_{UID}.json",
+    assert compute_recorded_files(plan.record, dirs=DIRS, base_spec=None) == (
+        DIRS.cdi_dir / f"k8s.gpu.nvidia.com-claim_{UID}.yaml",
         DIRS.cdi_dir / f"gpu.nvidia.com_metadata_{UID}_a.json",
         DIRS.cdi_dir / f"gpu.nvidia.com_metadata_{UID}_b.json",
         claim_dir / "a" / "metadata.json",
         claim_dir / "b" / "metadata.json",
     )
-    assert {f.path for f in plan.metadata_files} == set(compute_recorded_files(plan.record, dirs=DIRS)[3:])
+    assert {f.path for f in plan.metadata_files} == set(
+        compute_recorded_files(plan.record, dirs=DIRS, base_spec=None)[3:]
+    )
 
 
 def test_unprepare_without_a_record_resets_only_nics_carrying_the_claims_mac() -> None:
