@@ -4,7 +4,8 @@
 their NIC assignments into a :class:`PreparePlan`: every fake device node, mdev, NIC configuration, CDI spec (named
 and filled as the driver's release does, :mod:`fakedev.driver.cdi_layout`) and metadata file prepare creates, the
 directories to fsync, the ``status.devices`` entries, the answer to the kubelet and the checkpoint record.
-:mod:`fakedev.driver.apply` carries a plan out; :mod:`fakedev.driver.state` orders the two with the API calls. What differs between device kinds comes from their preparer (:mod:`fakedev.driver.preparers`).
+:mod:`fakedev.driver.apply` carries a plan out; :mod:`fakedev.driver.state` orders the two with the API calls.
+What differs between device kinds comes from their preparer (:mod:`fakedev.driver.preparers`).
 
 Two pure steps come before the plan: the opaque config of each request (which kinds apply depends on the device),
 and the NIC assignments (names and addresses picked against what the node's other claims hold).

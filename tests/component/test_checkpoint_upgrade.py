@@ -16,8 +16,8 @@ from fakedev.driver.plan import PreparePlan, compute_device_configs, compute_pre
 from fakedev.driver.state import ClaimState, StatePaths
 from fakedev.errors import CheckpointError
 from fakedev.model.inventory import NodeInventory, VgpuDevice, resolve_inventory
-from fakedev.profiles import load_profile
 from fakedev.model.releases import NVIDIA_DEFAULT
+from fakedev.profiles import load_profile
 from fakedev.render import RenderedNode, Schema, render_node
 from fakedev.sysfs import write_sysfs
 from kubeletapi.types import ClaimRef

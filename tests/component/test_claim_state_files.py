@@ -22,8 +22,8 @@ from fakedev.driver.core import SerializedDriver
 from fakedev.driver.plan import PreparePlan, compute_device_configs, compute_prepare_plan
 from fakedev.driver.state import ClaimState, StatePaths
 from fakedev.model.inventory import resolve_inventory
-from fakedev.profiles import load_profile
 from fakedev.model.releases import NVIDIA_DEFAULT
+from fakedev.profiles import load_profile
 from fakedev.render import RenderedNode, Schema, render_node
 from kubeletapi.types import ClaimRef
 

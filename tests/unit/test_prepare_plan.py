@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+import cdi
 from fakedev.driver import metadata
 from fakedev.driver.cdi_layout import CdiLayout, cdi_layout_for
 from fakedev.driver.checkpoint import ClaimRecord
@@ -27,7 +29,6 @@ from fakedev.driver.plan import (
 )
 from fakedev.driver.preparers import PREPARERS, MdevRequest
 from fakedev.errors import ClaimError
-from fakedev.model.releases import NVIDIA_DEFAULT, NvidiaRelease
 from fakedev.model.inventory import (
     DeviceKind,
     ExampleGpu,
@@ -40,6 +41,7 @@ from fakedev.model.inventory import (
     VirtualNic,
     resolve_inventory,
 )
+from fakedev.model.releases import NVIDIA_DEFAULT, NvidiaRelease
 from fakedev.nics.plan import HostNic, NicAssignment, PreparedNic
 from fakedev.profiles import load_profile
 from fakedev.render import PublishedDevice, RenderedNode, Schema, render_node
@@ -129,7 +131,11 @@ def _plan(
         layout=layout,
         base_spec=compute_base_spec(
             layout=layout,
-            devices=[(r.device, p) for r, p in sorted(_rendered(profile, fabric=fabric).devices.items())],
+            devices=[
+                (r.device, p)
+                for r, p in sorted(_rendered(profile, fabric=fabric).devices.items())
+                if r.driver == driver
+            ],
             dev_root=DIRS.dev_root,
         ),
         node_name=NODE,
@@ -462,6 +468,105 @@ def test_vfio_passthrough_gets_its_iommu_group_node_only() -> None:
     assert _spec(plan)["containerEdits"] == {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}
     assert plan.fake_nodes == (DIRS.dev_root / "vfio" / str(group),)
     assert plan.mdevs == ()
+
+
+# -- CDI per driver release ----------------------------------------------------------------------------------------
+
+
+def _base_edits(plan: PreparePlan, device: str) -> Any:
+    assert plan.base_spec is not None
+    (found,) = [d for d in plan.base_spec.spec.to_json()["devices"] if d["name"] == device]
+    return found["containerEdits"]
+
+
+def test_claim_specs_are_yaml_documents_of_the_claim_kind() -> None:
+    plan = _plan("dgx-h100", NVIDIA, [("gpu", "gpu-0", None)], release=NvidiaRelease.V25_12_0)
+    assert plan.claim_spec is not None and plan.base_spec is None
+    text = cdi.render_spec_text(plan.claim_spec.spec, path=Path(plan.claim_spec.file_name))
+    assert text.startswith("---\ncdiVersion: ")
+    doc = yaml.safe_load(text)
+    assert (doc["kind"], [d["name"] for d in doc["devices"]]) == ("k8s.gpu.nvidia.com/claim", [f"{UID}-gpu-0"])
+    # The release's spec-level void; the device's own list is applied after it, so the container sees the list.
+    assert doc["containerEdits"] == {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}
+    assert doc["devices"][0]["containerEdits"]["env"][0].startswith("NVIDIA_VISIBLE_DEVICES=GPU-")
+
+
+def test_v25_12_0_puts_the_vfio_api_node_in_the_claim_specs_own_edits() -> None:
+    gpu = _published("kubevirt-host", NVIDIA, "gpu-vfio-1").model
+    assert isinstance(gpu, PassthroughGpu)
+    group = gpu.pci.iommu_group
+    plan = _plan("kubevirt-host", NVIDIA, [("vm", "gpu-vfio-1", None)], release=NvidiaRelease.V25_12_0)
+    assert _node_paths(_edits(plan, "gpu-vfio-1")) == [f"/dev/vfio/{group}"]
+    spec_edits = _spec(plan)["containerEdits"]
+    assert spec_edits["env"] == ["NVIDIA_VISIBLE_DEVICES=void"]
+    assert [(n["path"], n["hostPath"]) for n in spec_edits["deviceNodes"]] == [
+        ("/dev/vfio/vfio", "/plugin/dev/vfio/vfio")
+    ]
+    assert set(plan.fake_nodes) == {DIRS.dev_root / "vfio" / str(group), DIRS.dev_root / "vfio" / "vfio"}
+
+
+def test_v25_8_1_answers_base_spec_ids_and_writes_no_claim_spec_without_claim_edits() -> None:
+    plan = _plan("dgx-h100", NVIDIA, [("gpu", "gpu-0", None), ("gpu", "gpu-1", None)], release=NvidiaRelease.V25_8_1)
+    assert [d.cdi_device_ids for d in plan.prepared] == [
+        ("k8s.gpu.nvidia.com/device=gpu-0", f"gpu.nvidia.com/metadata={UID}_gpu"),
+        ("k8s.gpu.nvidia.com/device=gpu-1",),
+    ]
+    assert plan.claim_spec is None
+    assert plan.record["cdiSpecFiles"] == [f"gpu.nvidia.com_metadata_{UID}_gpu.json"]
+    assert plan.fake_nodes[0] == DIRS.dev_root / "nvidia0"  # prepare still makes the device's nodes
+
+
+def test_v25_8_1_base_spec_holds_every_published_device_with_what_no_claim_changes() -> None:
+    plan = _plan("dgx-h100", NVIDIA, [("gpu", "gpu-0", None)], release=NvidiaRelease.V25_8_1)
+    assert plan.base_spec is not None
+    doc = plan.base_spec.spec.to_json()
+    assert plan.base_spec.file_name == "k8s.gpu.nvidia.com-device_base.yaml"
+    assert doc["kind"] == "k8s.gpu.nvidia.com/device"
+    assert [d["name"] for d in doc["devices"]] == sorted(
+        r.device for r in _rendered("dgx-h100").devices if r.driver == NVIDIA
+    )
+    assert doc["containerEdits"] == {"env": ["NVIDIA_VISIBLE_DEVICES=void", "NVIDIA_VISIBLE_DEVICES=void"]}
+    gpu = _published("dgx-h100", NVIDIA, "gpu-0").model
+    assert isinstance(gpu, GpuDevice)
+    edits = _base_edits(plan, "gpu-0")
+    assert edits["env"] == [f"FAKEDEV_GPU_0_UUID={gpu.uuid}"]
+    assert _node_paths(edits) == ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
+
+
+def test_v25_8_1_puts_what_a_claims_config_adds_in_a_claim_spec() -> None:
+    config = [_config(NVIDIA, "resource.nvidia.com/v1beta1", kind="GpuConfig", env={"X": "y"})]
+    plan = _plan("dgx-h100", NVIDIA, [("gpu", "gpu-0", None)], config=config, release=NvidiaRelease.V25_8_1)
+    assert plan.prepared[0].cdi_device_ids[:2] == (
+        "k8s.gpu.nvidia.com/device=gpu-0",
+        f"k8s.gpu.nvidia.com/claim={UID}-gpu-0",
+    )
+    assert plan.claim_spec is not None
+    assert plan.claim_spec.file_name == f"k8s.gpu.nvidia.com-claim_{UID}.yaml"
+    assert _spec(plan)["kind"] == "k8s.gpu.nvidia.com/claim"
+    assert _edits(plan, "gpu-0") == {"env": ["X=y"]}
+
+
+def test_v25_8_1_names_a_dynamic_mig_instance_in_the_claim_spec_only() -> None:
+    device = _mig("dgx-h100", precreated=False)
+    plan = _plan("dgx-h100", NVIDIA, [("mig", device, None)], release=NvidiaRelease.V25_8_1)
+    key = device.upper().replace("-", "_")
+    assert not any(e.startswith(f"FAKEDEV_{key}_UUID=") for e in _base_edits(plan, device)["env"])
+    assert _uuid_env(plan, device).startswith("MIG-")
+
+
+def test_v25_8_1_keeps_fakedevs_vfio_nodes_on_the_base_spec_device() -> None:
+    gpu = _published("kubevirt-host", NVIDIA, "gpu-vfio-1").model
+    assert isinstance(gpu, PassthroughGpu)
+    plan = _plan("kubevirt-host", NVIDIA, [("vm", "gpu-vfio-1", None)], release=NvidiaRelease.V25_8_1)
+    assert _node_paths(_base_edits(plan, "gpu-vfio-1")) == ["/dev/vfio/vfio", f"/dev/vfio/{gpu.pci.iommu_group}"]
+    assert DIRS.dev_root / "vfio" / "vfio" in plan.fake_nodes
+
+
+def test_a_claim_answered_with_base_spec_ids_depends_on_the_base_spec() -> None:
+    plan = _plan("dgx-h100", NVIDIA, [("gpu", "gpu-0", None)], release=NvidiaRelease.V25_8_1)
+    assert plan.base_spec is not None
+    files = compute_recorded_files(plan.record, dirs=DIRS, base_spec=plan.base_spec)
+    assert files[0] == DIRS.cdi_dir / "k8s.gpu.nvidia.com-device_base.yaml"
 
 
 # -- NICs --------------------------------------------------------------------------------------------------------
