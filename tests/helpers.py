@@ -250,6 +250,14 @@ def quiet_pod(name: str, *, node: str) -> dict[str, Any]:
     }
 
 
+VFIO_API_CONFIG: dict[str, Any] = {
+    "apiVersion": "resource.nvidia.com/v1beta1",
+    "kind": "VfioDeviceConfig",
+    "iommu": {"enableAPIDevice": True},
+}
+"""The opaque config a passthrough GPU claim for a VM needs with NVIDIA driver v0.4.1 and later."""
+
+
 def kubevirt_vm_objects(*, prefix: str, node: str) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
     """Device classes, the VMI's claim and claim template, its launcher pod (busybox standing in), and the VMI."""
     classes = [
@@ -275,7 +283,13 @@ def kubevirt_vm_objects(*, prefix: str, node: str) -> tuple[list[dict[str, Any]]
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": {"name": "vm-gpu"},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": f"{prefix}-passthrough"}}]}},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": f"{prefix}-passthrough"}}],
+                # Since v0.4.1 the driver gives the VFIO API node (/dev/vfio/vfio) only when asked; a VM needs it.
+                "config": [{"requests": ["gpu"], "opaque": {"driver": KUBEVIRT_DRIVER, "parameters": VFIO_API_CONFIG}}],
+            }
+        },
     }
     template = {
         "apiVersion": "resource.k8s.io/v1",

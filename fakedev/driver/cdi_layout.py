@@ -12,9 +12,9 @@ The vendor is always ``k8s.<driver>``; what differs is keyed by release (``docs/
   release writes it) answered as ``k8s.<driver>/device=<device>``; a claim spec and a ``…/claim=<uid>-<device>`` ID
   only for devices whose claim adds edits of its own.
 
-The vfio API node (``/dev/vfio/vfio``) is placed by release too: v25.12.0 puts it in the claim spec's own edits;
-v0.4.1 and later only with ``VfioDeviceConfig.iommu.enableAPIDevice``, which fakedev does not accept, so never;
-releases without vfio devices keep fakedev's placement, on the device next to its group node.
+The vfio API node (``/dev/vfio/vfio``) is placed by release too: v25.12.0 always puts it in the claim spec's own
+edits; v0.4.1 and later only when the request's ``VfioDeviceConfig`` sets ``iommu.enableAPIDevice``; releases
+without vfio devices keep fakedev's placement, on the device next to its group node.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ class VfioApiNode(StrEnum):
 
     ON_DEVICE = "on-device"
     CLAIM_SPEC = "claim-spec"
-    NONE = "none"
+    ON_REQUEST = "on-request"
+    """In the claim spec's own edits, only for requests whose config asks for it (``iommu.enableAPIDevice``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,7 +68,7 @@ _CLAIM_SPECS: Final = CdiStyle(
     suffix=".yaml",
     claim_spec_env=(VISIBLE_VOID,),
     base_spec_env=None,
-    vfio_api_node=VfioApiNode.NONE,
+    vfio_api_node=VfioApiNode.ON_REQUEST,
 )
 NVIDIA_STYLES: Final[Mapping[NvidiaRelease, CdiStyle]] = {
     # The toolkit's common edits set the variable and the plugin appends it again (§1.4).

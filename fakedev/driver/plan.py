@@ -234,10 +234,11 @@ def compute_prepare_plan(
     metadata_devices: dict[str, list[metadata.MetadataDevice]] = {}
     status: list[dict[str, Any]] = []
     for prep, (d, p), minted in zip(preparers, pairs, claim_uuids, strict=True):
-        api = () if placement is VfioApiNode.NONE else prep.api_nodes(p.model)
+        asked = placement is not VfioApiNode.ON_REQUEST or bool(configs[d.request].vfio_api_device)
+        api = prep.api_nodes(p.model) if asked else ()
         for node in (*prep.fake_nodes(p.model), *api):
             fake_nodes[dirs.dev_root / node.host_relpath] = None
-        if placement is VfioApiNode.CLAIM_SPEC:
+        if placement is not VfioApiNode.ON_DEVICE:
             spec_nodes.update(dict.fromkeys(api))
         if (mdev := prep.mdev(p.model)) is not None:
             mdevs.append(mdev)

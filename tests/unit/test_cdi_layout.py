@@ -112,8 +112,8 @@ def test_the_base_spec_names_devices_by_their_own_name() -> None:
     [
         (NvidiaRelease.V25_8_1, VfioApiNode.ON_DEVICE),  # no vfio devices in that release: fakedev's own placement
         (NvidiaRelease.V25_12_0, VfioApiNode.CLAIM_SPEC),
-        (NvidiaRelease.V0_4_1, VfioApiNode.NONE),
-        (NvidiaRelease.MAIN, VfioApiNode.NONE),
+        (NvidiaRelease.V0_4_1, VfioApiNode.ON_REQUEST),
+        (NvidiaRelease.MAIN, VfioApiNode.ON_REQUEST),
     ],
     ids=lambda v: str(v),
 )

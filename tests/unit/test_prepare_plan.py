@@ -461,7 +461,7 @@ def test_vfio_passthrough_gets_its_iommu_group_node_only() -> None:
         f"FAKEDEV_GPU_VFIO_1_IOMMU_GROUP={group}",
         "X=y",
     ]
-    # v0.4.1 adds the API node only with VfioDeviceConfig iommu.enableAPIDevice (which fakedev does not take).
+    # v0.4.1 adds the API node only when the request's VfioDeviceConfig sets iommu.enableAPIDevice.
     assert [(n["path"], n["hostPath"]) for n in edits["deviceNodes"]] == [
         (f"/dev/vfio/{group}", f"/plugin/dev/vfio/{group}"),
     ]
@@ -503,6 +503,19 @@ def test_v25_12_0_puts_the_vfio_api_node_in_the_claim_specs_own_edits() -> None:
         ("/dev/vfio/vfio", "/plugin/dev/vfio/vfio")
     ]
     assert set(plan.fake_nodes) == {DIRS.dev_root / "vfio" / str(group), DIRS.dev_root / "vfio" / "vfio"}
+
+
+@pytest.mark.parametrize(
+    ("iommu", "api_node"),
+    [({"enableAPIDevice": True}, True), ({"enableAPIDevice": False, "backendPolicy": "PreferIommuFD"}, False)],
+    ids=["enabled", "disabled"],
+)
+def test_v0_4_1_gives_the_vfio_api_node_when_the_config_asks(iommu: dict[str, Any], *, api_node: bool) -> None:
+    config = [_config(NVIDIA, "resource.nvidia.com/v1beta1", kind="VfioDeviceConfig", iommu=iommu)]
+    plan = _plan("kubevirt-host", NVIDIA, [("vm", "gpu-vfio-1", None)], config=config, release=NvidiaRelease.V0_4_1)
+    node = {"path": "/dev/vfio/vfio", "hostPath": "/plugin/dev/vfio/vfio", "type": "c", "major": 1, "minor": 3}
+    assert _spec(plan)["containerEdits"].get("deviceNodes", []) == ([{**node, "permissions": "rw"}] if api_node else [])
+    assert (DIRS.dev_root / "vfio" / "vfio" in plan.fake_nodes) is api_node
 
 
 def test_v25_8_1_answers_base_spec_ids_and_writes_no_claim_spec_without_claim_edits() -> None:
