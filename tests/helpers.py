@@ -73,18 +73,23 @@ def claim_ref(claim: JsonObj) -> ClaimRef:
     return ClaimRef(uid=m["uid"], namespace=m["namespace"], name=m["name"])
 
 
-def nvidia_release_profile(directory: Path, *, release: str) -> Path:
-    """A profile file of two plain A100s (``gpu-0``, ``gpu-1``) imitating NVIDIA release ``release``."""
+def nvidia_release_profile(directory: Path, *, release: str, gpus: int = 2) -> Path:
+    """A profile file of ``gpus`` plain A100s (``gpu-0``, ``gpu-1``, …) imitating NVIDIA release ``release``."""
     path = directory / f"nvidia-{release}.yaml"
     profile = {
         "name": "cdi-release",
-        "description": f"two A100s without MIG, NVIDIA driver {release}",
+        "description": f"{gpus} A100s without MIG, NVIDIA driver {release}",
         "releases": {"nvidia": release},
         "numaNodes": [{"id": 0, "cpus": "0-7"}],
         "pcieRoots": [{"name": "pci0000:00", "numaNode": 0}],
         "gpus": [
-            {"product": "a100-sxm4-40gb", "root": "pci0000:00", "address": a, "mig": {"mode": "disabled"}}
-            for a in ("0000:07:00.0", "0000:0f:00.0")
+            {
+                "product": "a100-sxm4-40gb",
+                "root": "pci0000:00",
+                "address": f"0000:{bus:02x}:00.0",
+                "mig": {"mode": "disabled"},
+            }
+            for bus in range(1, gpus + 1)
         ],
     }
     path.write_text(yaml.safe_dump(profile, sort_keys=False))

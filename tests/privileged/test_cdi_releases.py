@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from fakedev.cli.rig import plugin_command
+from harness.cluster.local import LocalCluster
+from harness.conformance.checks import CATALOG, select
+from harness.conformance.context import conformance_context
+from harness.conformance.runner import run_checks
 from harness.kube.waits import wait_pod_phase
+from harness.node.drivers import template_driver
 from harness.procs import wait_for
 from kubeclient import KubeClient
 from kubeclient.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS
@@ -65,3 +71,16 @@ def test_a_container_sees_the_edits_of_the_releases_specs(
         assert any(p.name.startswith(spec_prefix) and p.suffix == ".yaml" for p in rig.layout.cdi.iterdir())
     finally:
         kube.delete(DEVICE_CLASSES, unique_name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("release", ["v0.4.1", "v25.8.1"])
+def test_every_conformance_check_passes_against_the_nvidia_plugin(
+    release: str, local_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """The suite's CDI checks (IDs resolve, valid specs, nothing of a claim left) on each release's layout."""
+    profile = nvidia_release_profile(tmp_path, release=release, gpus=4)  # prepare.concurrent holds three claims
+    driver = template_driver(plugin_command(profile=str(profile)))
+    with conformance_context(client=local_cluster.client, kubeconfig=local_cluster.kubeconfig, driver=driver) as ctx:
+        results = run_checks(ctx, select(only=()), progress=lambda _: None)
+    assert {r.id: r.outcome for r in results} == {c.id: "passed" for c in CATALOG}, [r.message for r in results]
