@@ -138,7 +138,7 @@ def claim_device_name(*, claim_uid: str, device: str) -> str:
     return f"{claim_uid}-{device}"
 
 
-def claim_spec_prefixes(driver: str) -> tuple[str, ...]:
+def spec_file_prefixes(driver: str) -> tuple[str, ...]:
     """What the spec files of ``driver`` start with, in any layout (no other driver's do): claim specs, the base spec
     and files of earlier releases all carry one of these."""
     return tuple(f"k8s.{driver}-{c}_" for c in dict.fromkeys((FAKEDEV_CLASS, CLAIM_CLASS, BASE_CLASS)))
@@ -155,7 +155,7 @@ def claim_spec_files(*, driver: str, claim_uid: str) -> tuple[str, ...]:
 def is_claim_spec(name: str, *, driver: str) -> bool:
     """Whether ``name`` is a claim spec file of ``driver`` (any layout; the base spec is the node's, not a claim's)."""
     base = CdiLayout(driver=driver, style=NVIDIA_STYLES[NvidiaRelease.V25_8_1]).base_spec_file()
-    return name != base and name.startswith(claim_spec_prefixes(driver))
+    return name != base and name.startswith(spec_file_prefixes(driver))
 
 
 def render_claim_spec(

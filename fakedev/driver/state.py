@@ -121,13 +121,9 @@ class ClaimState:
         """Remove our own writes' temp files, and only in our own directories: spec temp files of this driver's
         names in the (shared) CDI directory, metadata temp files below our metadata root, checkpoint temp files."""
         cdi_dir = self.paths.cdi_dir
+        prefixes = (*cdi_layout.spec_file_prefixes(self.driver), metadata.metadata_spec_driver_prefix(self.driver))
         removed = [
-            *(
-                p
-                for f in cdi_layout.claim_spec_prefixes(self.driver)
-                for p in cdi.remove_temp_files(cdi_dir=cdi_dir, prefix=f)
-            ),
-            *cdi.remove_temp_files(cdi_dir=cdi_dir, prefix=metadata.metadata_spec_driver_prefix(self.driver)),
+            *(p for prefix in prefixes for p in cdi.remove_temp_files(cdi_dir=cdi_dir, prefix=prefix)),
             *remove_temp_files(self.paths.checkpoint.parent, target=self.paths.checkpoint.name),
         ]
         for request_dir in sorted(self.paths.metadata_root.glob("*/*")):

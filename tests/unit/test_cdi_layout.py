@@ -8,8 +8,8 @@ from fakedev.driver.cdi_layout import (
     VfioApiNode,
     cdi_layout_for,
     claim_spec_files,
-    claim_spec_prefixes,
     is_claim_spec,
+    spec_file_prefixes,
 )
 from fakedev.model.releases import NvidiaRelease
 from fakedev.render import Schema
@@ -127,7 +127,7 @@ def test_a_claims_spec_names_cover_every_layout_and_no_other_driver() -> None:
         f"k8s.gpu.nvidia.com-device_{UID}.json",
         f"k8s.gpu.nvidia.com-claim_{UID}.yaml",
     )
-    assert claim_spec_prefixes("gpu.nvidia.com") == ("k8s.gpu.nvidia.com-device_", "k8s.gpu.nvidia.com-claim_")
+    assert spec_file_prefixes("gpu.nvidia.com") == ("k8s.gpu.nvidia.com-device_", "k8s.gpu.nvidia.com-claim_")
     assert is_claim_spec(f"k8s.gpu.nvidia.com-claim_{UID}.yaml", driver="gpu.nvidia.com")
     assert not is_claim_spec("k8s.gpu.nvidia.com-device_base.yaml", driver="gpu.nvidia.com")
     assert not is_claim_spec(f"k8s.gpu.nvidia.com.other-claim_{UID}.yaml", driver="gpu.nvidia.com")

@@ -70,7 +70,7 @@ def _ours(name: str, *, driver: str) -> bool:
 
 def _temp_of_ours(name: str, *, driver: str) -> bool:
     """A temp file of a write of one of ``driver``'s specs, base spec included (a crash may cut that short too)."""
-    return name.startswith((*cdi_layout.claim_spec_prefixes(driver), metadata.metadata_spec_driver_prefix(driver)))
+    return name.startswith((*cdi_layout.spec_file_prefixes(driver), metadata.metadata_spec_driver_prefix(driver)))
 
 
 def _read_cdi(files: NodeFiles) -> tuple[dict[str, tuple[str, ...]], list[str]]:
