@@ -11,7 +11,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 import yaml
 
@@ -23,6 +23,9 @@ from cdi.validate import validate_spec
 SPEC_SUFFIXES = (".json", ".yaml")
 
 SpecFormat = Literal["json", "yaml"]
+
+# The safe loader, in C when PyYAML was built with libyaml (same documents, same errors as YAMLError).
+_YAML_LOADER: Final[type[yaml.SafeLoader] | type[yaml.CSafeLoader]] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,11 +118,20 @@ def _decode_json(text: str, *, source: str) -> object:
 
 
 def _decode_yaml(text: str, *, source: str) -> object:
+    """Parse once (libyaml when PyYAML has it: a base spec of a few hundred devices takes the pure-Python parser most
+    of a second, and a runtime reads every spec for every container), check the keys, then build the document."""
     try:
-        _check_yaml_keys(yaml.compose(text, Loader=yaml.SafeLoader))
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+        loader = _YAML_LOADER(text)
+        try:
+            node = loader.get_single_node()
+            _check_yaml_keys(node)
+            return loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
+    except (yaml.YAMLError, UnicodeEncodeError) as exc:  # libyaml takes UTF-8: a lone surrogate cannot be encoded
         raise _syntax_error(source=source, message=f"invalid YAML: {exc}") from exc
+    except RecursionError as exc:  # an alias inside itself (``&a [*a]``) or nesting deeper than Python's stack
+        raise _syntax_error(source=source, message="invalid YAML: nested too deeply (or a recursive alias)") from exc
 
 
 def _check_yaml_keys(node: yaml.Node | None) -> None:

@@ -68,6 +68,12 @@ class Registry:
             return str(exc)
         if device_id in self.conflicts:
             return f"defined by specs of equal priority ({', '.join(map(str, self.conflicts[device_id]))})"
+        unreadable = [e for e in self.errors if not isinstance(e, DeviceConflictError)]
+        if unreadable:
+            # The device may well be in one of them: say which files could not be used, and why.
+            return "no readable spec defines it; unusable spec files: " + " | ".join(
+                " ".join(str(e).split()) for e in unreadable
+            )
         return "no spec in the CDI directories defines it"
 
 

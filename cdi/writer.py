@@ -18,6 +18,7 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Final
 
 import yaml
 
@@ -33,13 +34,17 @@ _TEMP_SUFFIX = ".tmp"
 # Called with the temp file's path after it is written and fsynced, before the rename; lets tests stop there.
 BeforeRename = Callable[[Path], None]
 
+# The safe dumper, in C when PyYAML was built with libyaml (a node-wide spec is large).
+_YAML_DUMPER: Final[type[yaml.SafeDumper] | type[yaml.CSafeDumper]] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
 
 def render_spec_text(spec: Spec, *, path: Path) -> str:
-    """The file content for ``spec``: JSON for ``.json``, YAML otherwise (pure)."""
+    """The file content for ``spec``: JSON for ``.json``, YAML otherwise, opening with ``---`` as the reference
+    library's YAML files do (pure)."""
     document = spec.to_json()
     if format_for(path) == "json":
         return json.dumps(document, indent=2) + "\n"
-    return yaml.safe_dump(document, sort_keys=False)
+    return yaml.dump(document, Dumper=_YAML_DUMPER, sort_keys=False, explicit_start=True)
 
 
 def _check_plain_name(name: str, *, what: str) -> None:

@@ -73,6 +73,29 @@ def claim_ref(claim: JsonObj) -> ClaimRef:
     return ClaimRef(uid=m["uid"], namespace=m["namespace"], name=m["name"])
 
 
+def nvidia_release_profile(directory: Path, *, release: str, gpus: int = 2) -> Path:
+    """A profile file of ``gpus`` plain A100s (``gpu-0``, ``gpu-1``, …) imitating NVIDIA release ``release``."""
+    path = directory / f"nvidia-{release}.yaml"
+    profile = {
+        "name": "cdi-release",
+        "description": f"{gpus} A100s without MIG, NVIDIA driver {release}",
+        "releases": {"nvidia": release},
+        "numaNodes": [{"id": 0, "cpus": "0-7"}],
+        "pcieRoots": [{"name": "pci0000:00", "numaNode": 0}],
+        "gpus": [
+            {
+                "product": "a100-sxm4-40gb",
+                "root": "pci0000:00",
+                "address": f"0000:{bus:02x}:00.0",
+                "mig": {"mode": "disabled"},
+            }
+            for bus in range(1, gpus + 1)
+        ],
+    }
+    path.write_text(yaml.safe_dump(profile, sort_keys=False))
+    return path
+
+
 def claim_body(
     *, name: str, device_class: str, requests: int = 1, config: list[JsonObj] | None = None, count: int = 1
 ) -> JsonObj:
@@ -232,6 +255,14 @@ def quiet_pod(name: str, *, node: str) -> dict[str, Any]:
     }
 
 
+VFIO_API_CONFIG: dict[str, Any] = {
+    "apiVersion": "resource.nvidia.com/v1beta1",
+    "kind": "VfioDeviceConfig",
+    "iommu": {"enableAPIDevice": True},
+}
+"""The opaque config a passthrough GPU claim for a VM needs with NVIDIA driver v0.4.1 and later."""
+
+
 def kubevirt_vm_objects(*, prefix: str, node: str) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
     """Device classes, the VMI's claim and claim template, its launcher pod (busybox standing in), and the VMI."""
     classes = [
@@ -257,7 +288,13 @@ def kubevirt_vm_objects(*, prefix: str, node: str) -> tuple[list[dict[str, Any]]
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": {"name": "vm-gpu"},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": f"{prefix}-passthrough"}}]}},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": f"{prefix}-passthrough"}}],
+                # Since v0.4.1 the driver gives the VFIO API node (/dev/vfio/vfio) only when asked; a VM needs it.
+                "config": [{"requests": ["gpu"], "opaque": {"driver": KUBEVIRT_DRIVER, "parameters": VFIO_API_CONFIG}}],
+            }
+        },
     }
     template = {
         "apiVersion": "resource.k8s.io/v1",

@@ -1,7 +1,8 @@
 """Carry out a prepare or unprepare plan on the node (I/O only; every decision is in the plan).
 
-Prepare order: NICs configured in the node's namespace, fake device nodes, mdevs, the claim's CDI spec, each
-request's metadata file and the spec that mounts it, then the directories fsynced once. Files are written with
+Prepare order: NICs configured in the node's namespace, fake device nodes, mdevs, the node's base spec if it is
+gone (releases that have one), the claim's CDI spec, each request's metadata file and the spec that mounts it,
+then the directories fsynced once. Files are written with
 their data fsynced but not their directories, since one directory fsync at the end makes every rename durable
 (later ones would find nothing left to commit). The checkpoint is not written here: the caller records the claim
 only after this and the status write succeeded.
@@ -24,7 +25,7 @@ from fakedev import sysfs
 from fakedev.driver import cdi_edits, metadata
 from fakedev.driver.crash import CrashPoint, CrashSwitch
 from fakedev.driver.fsutil import DIR_MODE, atomic_write, fsync_dir, make_dirs
-from fakedev.driver.plan import PreparePlan, UnpreparePlan
+from fakedev.driver.plan import PreparePlan, SpecFile, UnpreparePlan
 from fakedev.nics import host as nic_host
 
 FAKE_NODE_MODE: Final = 0o660
@@ -58,13 +59,16 @@ def apply_prepare_plan(
             sysfs.create_mdev(
                 sysfs_root, parents=mdev.parents, mdev_type=mdev.mdev_type, uuid=mdev.uuid, iommu_group=mdev.iommu_group
             )
-    cdi.write_spec(
-        spec=plan.claim_spec.spec,
-        cdi_dir=plan.cdi_dir,
-        file_name=plan.claim_spec.file_name,
-        sync=False,
-        before_rename=crash.before_rename(CrashPoint.PREPARE_CLAIM_SPEC_TEMP),
-    )
+    if plan.base_spec is not None and not (plan.cdi_dir / plan.base_spec.file_name).exists():
+        write_base_spec(plan.base_spec, cdi_dir=plan.cdi_dir, sync=False)  # gone since start-up (a reboot, a hand)
+    if plan.claim_spec is not None:
+        cdi.write_spec(
+            spec=plan.claim_spec.spec,
+            cdi_dir=plan.cdi_dir,
+            file_name=plan.claim_spec.file_name,
+            sync=False,
+            before_rename=crash.before_rename(CrashPoint.PREPARE_CLAIM_SPEC_TEMP),
+        )
     crash.reached(CrashPoint.PREPARE_AFTER_CLAIM_SPEC)
     for f in plan.metadata_files:
         atomic_write(f.path, f.data, sync=False, before_rename=crash.before_rename(CrashPoint.PREPARE_METADATA_TEMP))
@@ -82,10 +86,16 @@ def apply_prepare_plan(
     crash.reached(CrashPoint.PREPARE_AFTER_SYNC)
 
 
+def write_base_spec(spec: SpecFile, *, cdi_dir: Path, sync: bool = True) -> None:
+    """Write (or replace) the node-wide base spec atomically; its devices' fake nodes are made by each prepare."""
+    cdi.write_spec(spec=spec.spec, cdi_dir=cdi_dir, file_name=spec.file_name, sync=sync)
+
+
 def apply_unprepare_plan(
     plan: UnpreparePlan, *, nic_netns: str | None, sysfs_root: Path | None, crash: CrashSwitch = UNARMED
 ) -> None:
-    cdi.remove_spec(cdi_dir=plan.cdi_dir, file_name=plan.claim_spec_file, sync=False)
+    for name in plan.claim_spec_files:
+        cdi.remove_spec(cdi_dir=plan.cdi_dir, file_name=name, sync=False)
     crash.reached(CrashPoint.UNPREPARE_AFTER_CLAIM_SPEC)
     cdi.remove_specs_with_prefix(cdi_dir=plan.cdi_dir, prefix=plan.metadata_spec_prefix, sync=False)
     crash.reached(CrashPoint.UNPREPARE_AFTER_METADATA_SPECS)

@@ -1,9 +1,10 @@
-"""CDI building blocks the device preparers share (pure): claim spec names, fake device nodes, sharing env.
+"""CDI building blocks the device preparers share (pure): fake device nodes, sharing and config env.
 
 Device nodes point at char devices under the plugin's fake ``/dev`` root. They are created as 1:3 (the kernel's
 ``null`` device), so a container may open them harmlessly; their names are the vendor's (``/dev/nvidia0``,
 ``/dev/nvidiactl``, ``/dev/nvidia-caps/nvidia-cap<N>``, ``/dev/vfio/<group>``). Which nodes and which environment
-a device gets is its kind's business (:mod:`fakedev.driver.preparers`).
+a device gets is its kind's business (:mod:`fakedev.driver.preparers`); which specs hold them is the release's
+(:mod:`fakedev.driver.cdi_layout`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from fakedev.driver.config import DeviceConfig
 
 SAFE_MAJOR: Final = 1
 SAFE_MINOR: Final = 3
-CDI_CLASS: Final = "device"
 _ENV_UNSAFE: Final = re.compile(r"[^A-Z0-9_]")
 
 
@@ -29,24 +29,6 @@ class FakeNode:
 
     container_path: str
     host_relpath: str
-
-
-def claim_kind(driver: str) -> str:
-    """One CDI kind per driver for claim devices; names are keyed by claim UID so they are never reused."""
-    return cdi.render_kind(vendor=f"k8s.{driver}", class_name=CDI_CLASS)
-
-
-def claim_device_name(*, claim_uid: str, device: str) -> str:
-    return f"{claim_uid}-{device}"
-
-
-def claim_spec_file(*, driver: str, claim_uid: str) -> str:
-    return f"{claim_spec_prefix(driver)}{claim_uid}.json"
-
-
-def claim_spec_prefix(driver: str) -> str:
-    """What every claim spec file name of ``driver`` starts with (and no other driver's does)."""
-    return f"k8s.{driver}-{CDI_CLASS}_"
 
 
 def env_key(text: str) -> str:
@@ -82,14 +64,3 @@ def render_sharing_env(prefix: str, config: DeviceConfig) -> list[str]:
 def render_config_env(config: DeviceConfig) -> list[str]:
     """The ``env`` of the opaque config, sorted by name, after whatever the device kind sets itself."""
     return [f"{k}={v}" for k, v in sorted(config.env.items())]
-
-
-def render_claim_spec(*, driver: str, devices: Sequence[tuple[str, cdi.ContainerEdits]]) -> cdi.Spec:
-    """One spec per claim: ``(CDI device name, edits)`` pairs under the driver's claim kind."""
-    return cdi.with_minimum_version(
-        cdi.Spec(
-            version="",
-            kind=claim_kind(driver),
-            devices=tuple(cdi.Device(name=name, container_edits=edits) for name, edits in devices),
-        )
-    )

@@ -23,6 +23,7 @@ GPU_KINDS: Final = frozenset({"GpuConfig", "MigDeviceConfig", "VfioDeviceConfig"
 NIC_KINDS: Final = frozenset({"NicConfig"})
 STRATEGIES: Final = frozenset({"TimeSlicing", "SpaceSharing", "MPS"})
 INTERVALS: Final = frozenset({"Default", "Short", "Medium", "Long"})
+BACKEND_POLICIES: Final = frozenset({"LegacyOnly", "PreferIommuFD"})
 _ENV_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _IFNAME: Final = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
 _PLAIN_KEY: Final = re.compile(r"^[A-Za-z0-9_.-]{1,60}$")
@@ -45,6 +46,10 @@ class DeviceConfig:
     mtu: int | None = None
     addresses: tuple[str, ...] = ()
     ipv6: bool = False
+    vfio_api_device: bool | None = None
+    """``VfioDeviceConfig.iommu.enableAPIDevice`` (NVIDIA v0.4.1+): give the claim the VFIO API node; None: not
+    said (false). ``backendPolicy`` is accepted but changes nothing: fakedev's nodes have no IOMMUFD, so
+    ``PreferIommuFD`` falls back to the legacy nodes, as the driver does on such a host."""
 
 
 def _fail(path: str, rule: str) -> ClaimError:
@@ -100,6 +105,20 @@ def _sharing(obj: Any, *, path: str) -> Sharing:
     return Sharing(strategy=str(strategy), interval=str(interval), partition_count=count)
 
 
+def _iommu(obj: Any, *, path: str) -> bool:
+    """NVIDIA's ``VfioDeviceConfig.iommu``; returns ``enableAPIDevice`` (default false)."""
+    if not isinstance(obj, Mapping):
+        raise _fail(path, "must be an object")
+    _only(obj, path=path, allowed={"backendPolicy", "enableAPIDevice"})
+    policy = obj.get("backendPolicy", "LegacyOnly")
+    if not _one_of(policy, BACKEND_POLICIES):
+        raise _fail(f"{path}.backendPolicy", f"must be one of {', '.join(sorted(BACKEND_POLICIES))}")
+    enable = obj.get("enableAPIDevice", False)
+    if not isinstance(enable, bool):
+        raise _fail(f"{path}.enableAPIDevice", "must be true or false")
+    return enable
+
+
 def _env(obj: Any, *, path: str) -> dict[str, str]:
     if not isinstance(obj, Mapping):
         raise _fail(path, "must be an object of strings")
@@ -147,9 +166,13 @@ def parse_config(parameters: Mapping[str, Any], *, kinds: frozenset[str], path: 
             ipv6=ipv6,
             env=_env(parameters.get("env", {}), path=f"{path}.env"),
         )
-    _only(parameters, path=path, allowed={"apiVersion", "kind", "sharing", "env"})
+    vfio = kind == "VfioDeviceConfig"
+    _only(parameters, path=path, allowed={"apiVersion", "kind", "sharing", "env", *(["iommu"] if vfio else [])})
     sharing = _sharing(parameters["sharing"], path=f"{path}.sharing") if "sharing" in parameters else None
-    return DeviceConfig(sharing=sharing, env=_env(parameters.get("env", {}), path=f"{path}.env"))
+    api_device = _iommu(parameters["iommu"], path=f"{path}.iommu") if "iommu" in parameters else None
+    return DeviceConfig(
+        sharing=sharing, env=_env(parameters.get("env", {}), path=f"{path}.env"), vfio_api_device=api_device
+    )
 
 
 def merge_configs(configs: Sequence[DeviceConfig]) -> DeviceConfig:
@@ -164,5 +187,6 @@ def merge_configs(configs: Sequence[DeviceConfig]) -> DeviceConfig:
             mtu=c.mtu or result.mtu,
             addresses=c.addresses or result.addresses,
             ipv6=c.ipv6 or result.ipv6,
+            vfio_api_device=result.vfio_api_device if c.vfio_api_device is None else c.vfio_api_device,
         )
     return result

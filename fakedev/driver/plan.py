@@ -1,10 +1,11 @@
 """What preparing a claim does, computed without doing any of it (pure): the prepare plan.
 
 ``compute_prepare_plan`` turns an allocated claim, the devices this node publishes for it, their opaque config and
-their NIC assignments into a :class:`PreparePlan`: every fake device node, mdev, NIC configuration, CDI spec and
-metadata file prepare creates, the directories to fsync, the ``status.devices`` entries, the answer to the kubelet
-and the checkpoint record. :mod:`fakedev.driver.apply` carries a plan out; :mod:`fakedev.driver.state` orders the two
-with the API calls. What differs between device kinds comes from their preparer (:mod:`fakedev.driver.preparers`).
+their NIC assignments into a :class:`PreparePlan`: every fake device node, mdev, NIC configuration, CDI spec (named
+and filled as the driver's release does, :mod:`fakedev.driver.cdi_layout`) and metadata file prepare creates, the
+directories to fsync, the ``status.devices`` entries, the answer to the kubelet and the checkpoint record.
+:mod:`fakedev.driver.apply` carries a plan out; :mod:`fakedev.driver.state` orders the two with the API calls.
+What differs between device kinds comes from their preparer (:mod:`fakedev.driver.preparers`).
 
 Two pure steps come before the plan: the opaque config of each request (which kinds apply depends on the device),
 and the NIC assignments (names and addresses picked against what the node's other claims hold).
@@ -13,12 +14,14 @@ and the NIC assignments (names and addresses picked against what the node's othe
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
 import cdi
-from fakedev.driver import cdi_edits, metadata
+from fakedev.driver import cdi_edits, cdi_layout, metadata
+from fakedev.driver.cdi_edits import FakeNode
+from fakedev.driver.cdi_layout import CdiLayout, VfioApiNode
 from fakedev.driver.checkpoint import ClaimRecord, DeviceRecord, nic_record, prepared_device, prepared_nic
 from fakedev.driver.claims import AllocatedDevice, ClaimPlan, configs_for
 from fakedev.driver.config import DeviceConfig, merge_configs, parse_config
@@ -66,7 +69,10 @@ class PreparePlan:
     mdevs: tuple[MdevRequest, ...]
     nics: tuple[PreparedNic, ...]
     cdi_dir: Path
-    claim_spec: SpecFile
+    base_spec: SpecFile | None
+    """The node-wide spec the claim's IDs also name (written at start-up; prepare writes it again if it is gone)."""
+    claim_spec: SpecFile | None
+    """None: a base spec holds every edit the claim's devices get."""
     metadata_files: tuple[MetadataFile, ...]
     sync_dirs: tuple[Path, ...]
     """fsynced once after every file is written (one journal commit makes every rename durable)."""
@@ -91,7 +97,8 @@ class UnpreparePlan:
     """What unpreparing one claim removes; computed from its record when there is one, else from its names."""
 
     uid: str
-    claim_spec_file: str
+    claim_spec_files: tuple[str, ...]
+    """Every name the claim's spec may have (any release: one prepared before an upgrade is found too)."""
     metadata_spec_prefix: str
     cdi_dir: Path
     metadata_dir: Path | None
@@ -159,6 +166,37 @@ def compute_nic_assignments(
     return out
 
 
+def compute_base_spec(
+    *, layout: CdiLayout, devices: Sequence[tuple[str, PublishedDevice]], dev_root: Path
+) -> SpecFile | None:
+    """The node-wide base spec of a release that writes one (every published device, by name, with the edits no
+    claim changes); None: the release writes none."""
+    if not layout.has_base_spec:
+        return None
+    entries = [
+        (name, e) for name, p in devices if not (e := _base_entry(layout, p, device=name, dev_root=dev_root)).is_empty()
+    ]
+    if not entries:
+        return None
+    return SpecFile(file_name=layout.base_spec_file(), spec=cdi_layout.render_base_spec(layout, devices=entries))
+
+
+def _base_entry(layout: CdiLayout, published: PublishedDevice, *, device: str, dev_root: Path) -> cdi.ContainerEdits:
+    prep = preparer_for(published.model)
+    edits = prep.device_edits(published.model, device=device, dev_root=dev_root)
+    if edits.is_empty() or layout.style.vfio_api_node is not VfioApiNode.ON_DEVICE:
+        return edits
+    return _with_nodes(edits, prep.api_nodes(published.model), dev_root=dev_root)
+
+
+def _with_nodes(edits: cdi.ContainerEdits, nodes: Sequence[FakeNode], *, dev_root: Path) -> cdi.ContainerEdits:
+    """``edits`` with ``nodes`` first (the VFIO API node before the group node, as fakedev always had them)."""
+    if not nodes:
+        return edits
+    rendered = cdi_edits.render_device_nodes(nodes, dev_root=dev_root)
+    return replace(edits, device_nodes=(*rendered, *edits.device_nodes))
+
+
 def compute_prepare_plan(
     *,
     claim: ClaimPlan,
@@ -166,13 +204,16 @@ def compute_prepare_plan(
     configs: Mapping[str, DeviceConfig],
     nics: Mapping[str, PreparedNic],
     driver: str,
+    layout: CdiLayout,
+    base_spec: SpecFile | None,
     node_name: str,
     dirs: PrepareDirs,
     generation: int,
     now: str,
 ) -> PreparePlan:
-    """The plan for ``claim`` (its devices paired with ``published`` in order); ``generation`` numbers the metadata
-    files, ``now`` stamps the status conditions."""
+    """The plan for ``claim`` (its devices paired with ``published`` in order); ``layout`` is the release's CDI,
+    ``base_spec`` its node-wide spec (:func:`compute_base_spec`); ``generation`` numbers the metadata files, ``now``
+    stamps the status conditions."""
     pairs = list(zip(claim.devices, published, strict=True))
     preparers = [preparer_for(p.model) for _, p in pairs]
     claim_uuids = [
@@ -184,15 +225,21 @@ def compute_prepare_plan(
         for prep, (_, p), minted in zip(preparers, pairs, claim_uuids, strict=True)
         if (u := prep.visible_uuid(p.model, claim_uuid=minted))
     )
+    placement = layout.style.vfio_api_node
     fake_nodes: dict[Path, None] = {}
+    spec_nodes: dict[FakeNode, None] = {}
     mdevs: list[MdevRequest] = []
     cdi_devices: list[tuple[str, cdi.ContainerEdits]] = []
     records: list[DeviceRecord] = []
     metadata_devices: dict[str, list[metadata.MetadataDevice]] = {}
     status: list[dict[str, Any]] = []
     for prep, (d, p), minted in zip(preparers, pairs, claim_uuids, strict=True):
-        for node in prep.fake_nodes(p.model):
+        asked = placement is not VfioApiNode.ON_REQUEST or bool(configs[d.request].vfio_api_device)
+        api = prep.api_nodes(p.model) if asked else ()
+        for node in (*prep.fake_nodes(p.model), *api):
             fake_nodes[dirs.dev_root / node.host_relpath] = None
+        if placement is not VfioApiNode.ON_DEVICE:
+            spec_nodes.update(dict.fromkeys(api))
         if (mdev := prep.mdev(p.model)) is not None:
             mdevs.append(mdev)
         nic = nics.get(d.device)
@@ -204,14 +251,23 @@ def compute_prepare_plan(
             nic=nic,
             dev_root=dirs.dev_root,
         )
-        name = cdi_edits.claim_device_name(claim_uid=claim.uid, device=d.device)
-        cdi_devices.append((name, prep.container_edits(p.model, use=use)))
+        ids: list[str] = []
+        if layout.has_base_spec:
+            if not prep.device_edits(p.model, device=d.device, dev_root=dirs.dev_root).is_empty():
+                ids.append(layout.base_device_id(d.device))
+            edits = prep.claim_edits(p.model, use=use)
+        else:
+            on_device = api if placement is VfioApiNode.ON_DEVICE else ()
+            edits = _with_nodes(prep.container_edits(p.model, use=use), on_device, dev_root=dirs.dev_root)
+        if not edits.is_empty():
+            cdi_devices.append((cdi_layout.claim_device_name(claim_uid=claim.uid, device=d.device), edits))
+            ids.append(layout.claim_device_id(claim_uid=claim.uid, device=d.device))
         records.append(
             {
                 "requestNames": [metadata.top_level_request(d.request)],
                 "pool": d.pool,
                 "device": d.device,
-                "cdiDeviceIDs": [cdi.render_qualified_name(kind=cdi_edits.claim_kind(driver), device=name)],
+                "cdiDeviceIDs": ids,
                 "shareID": d.share_id,
             }
         )
@@ -230,9 +286,17 @@ def compute_prepare_plan(
     identity = metadata.ClaimIdentity(
         namespace=claim.namespace, name=claim.name, uid=claim.uid, pod_claim_name=claim.pod_claim_name
     )
-    claim_spec = SpecFile(
-        file_name=cdi_edits.claim_spec_file(driver=driver, claim_uid=claim.uid),
-        spec=cdi_edits.render_claim_spec(driver=driver, devices=cdi_devices),
+    claim_spec = (
+        SpecFile(
+            file_name=layout.claim_spec_file(claim.uid),
+            spec=cdi_layout.render_claim_spec(
+                layout,
+                devices=cdi_devices,
+                device_nodes=cdi_edits.render_device_nodes(tuple(spec_nodes), dev_root=dirs.dev_root),
+            ),
+        )
+        if cdi_devices
+        else None
     )
     claim_dir = dirs.metadata_root / metadata.host_claim_dir_name(
         namespace=claim.namespace, name=claim.name, uid=claim.uid
@@ -265,7 +329,10 @@ def compute_prepare_plan(
         "namespace": claim.namespace,
         "name": claim.name,
         "devices": records,
-        "cdiSpecFiles": [claim_spec.file_name, *(f.spec.file_name for f in metadata_files)],
+        "cdiSpecFiles": [
+            *([claim_spec.file_name] if claim_spec else []),
+            *(f.spec.file_name for f in metadata_files),
+        ],
         "metadataDir": claim_dir.name,
         "metadataGeneration": generation,
         "nics": [nic_record(n) for n in nics.values()],
@@ -277,6 +344,7 @@ def compute_prepare_plan(
         mdevs=tuple(mdevs),
         nics=tuple(nics.values()),
         cdi_dir=dirs.cdi_dir,
+        base_spec=base_spec,
         claim_spec=claim_spec,
         metadata_files=tuple(metadata_files),
         sync_dirs=(dirs.cdi_dir, *(f.path.parent for f in metadata_files), claim_dir, dirs.metadata_root),
@@ -330,7 +398,7 @@ def compute_unprepare_plan(
         legacy = dirs.metadata_root / metadata.legacy_claim_dir_name(namespace=namespace, name=name)
     return UnpreparePlan(
         uid=uid,
-        claim_spec_file=cdi_edits.claim_spec_file(driver=driver, claim_uid=uid),
+        claim_spec_files=cdi_layout.claim_spec_files(driver=driver, claim_uid=uid),
         metadata_spec_prefix=metadata.metadata_spec_prefix(driver=driver, claim_uid=uid),
         cdi_dir=dirs.cdi_dir,
         metadata_dir=metadata_dir,
@@ -352,11 +420,12 @@ def compute_unprepare_plan(
     )
 
 
-def compute_recorded_files(record: ClaimRecord, *, dirs: PrepareDirs) -> tuple[Path, ...]:
-    """Every file a recorded claim's containers depend on: its CDI specs and the metadata files they mount. Any of
-    them missing (a reboot empties the CDI directory; a file removed by hand) means the claim must be prepared
-    again before it is answered from the checkpoint."""
-    specs = tuple(dirs.cdi_dir / f for f in record["cdiSpecFiles"])
+def compute_recorded_files(record: ClaimRecord, *, dirs: PrepareDirs, base_spec: SpecFile | None) -> tuple[Path, ...]:
+    """Every file a recorded claim's containers depend on: its CDI specs (and the node's base spec, whose IDs it
+    was answered with) and the metadata files they mount. Any of them missing (a reboot empties the CDI directory;
+    a file removed by hand) means the claim must be prepared again before it is answered from the checkpoint."""
+    node = (base_spec.file_name,) if base_spec is not None else ()
+    specs = tuple(dirs.cdi_dir / f for f in (*node, *record["cdiSpecFiles"]))
     recorded = _recorded_metadata_dir(record)
     if not recorded:
         return specs

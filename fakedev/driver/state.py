@@ -9,7 +9,9 @@ unprepare can undo everything even when the plugin died between the node-side wo
 can never touch another claim's files or NICs. The checkpoint is
 written last, atomically. A recorded claim is answered from the checkpoint only while every file it depends on is
 there, and only to the namespace/name it was prepared for. Temp files of writes cut short by a crash are collected
-when the state is loaded at start-up.
+when the state is loaded at start-up. A release's node-wide base spec (NVIDIA v25.8.1) belongs to the node, not to
+a claim: it is written (atomically) when the state is loaded, again by a prepare that finds it gone, and never
+removed by an unprepare.
 """
 
 from __future__ import annotations
@@ -22,14 +24,16 @@ from pathlib import Path
 from typing import Any, Final
 
 import cdi
-from fakedev.driver import cdi_edits, metadata
-from fakedev.driver.apply import apply_prepare_plan, apply_unprepare_plan
+from fakedev.driver import cdi_layout, metadata
+from fakedev.driver.apply import apply_prepare_plan, apply_unprepare_plan, write_base_spec
+from fakedev.driver.cdi_layout import CdiLayout
 from fakedev.driver.checkpoint import Checkpoint, ClaimRecord, prepared_device, prepared_nic
 from fakedev.driver.claims import check_claim_ref, compute_claim_plan
 from fakedev.driver.crash import CrashPoint, CrashSwitch
 from fakedev.driver.fsutil import DIR_MODE, PRIVATE_DIR_MODE, make_dirs, remove_temp_files
 from fakedev.driver.plan import (
     PrepareDirs,
+    SpecFile,
     compute_device_configs,
     compute_nic_assignments,
     compute_prepare_plan,
@@ -79,6 +83,10 @@ class ClaimState:
     driver: str
     node_name: str
     paths: StatePaths
+    layout: CdiLayout
+    """How the driver's release names and fills its CDI specs."""
+    base_spec: SpecFile | None
+    """The release's node-wide spec (:func:`~fakedev.driver.plan.compute_base_spec`); None: it writes none."""
     api: DriverApi | None
     """None when the plugin runs without an API server: claims cannot be read, so every prepare fails clearly."""
     lookup: Lookup
@@ -95,23 +103,27 @@ class ClaimState:
         return Checkpoint(path=self.paths.checkpoint)
 
     def load(self) -> list[Path]:
-        """Rebuild state from the checkpoint (a corrupt one raises CheckpointError: the plugin must not start) and
-        collect the temp files crashed writes left; returns those. Hold the instances' lock (``serialize.lock``):
-        another instance's write in progress looks just like a crashed one."""
+        """Rebuild state from the checkpoint (a corrupt one raises CheckpointError: the plugin must not start),
+        collect the temp files crashed writes left (returns those) and write the release's base spec, if it has one.
+        Hold the instances' lock (``serialize.lock``): another instance's write in progress looks just like a
+        crashed one."""
         make_dirs(self.paths.plugin_data_dir, mode=PRIVATE_DIR_MODE)
         make_dirs(self.paths.checkpoint.parent, mode=PRIVATE_DIR_MODE)
         for directory in (self.paths.cdi_dir, self.paths.metadata_root, self.paths.dev_root):
             make_dirs(directory, mode=DIR_MODE)
         self.claims = self.checkpoint.load()
-        return self.collect_temp_files()
+        removed = self.collect_temp_files()
+        if self.base_spec is not None:
+            write_base_spec(self.base_spec, cdi_dir=self.paths.cdi_dir)
+        return removed
 
     def collect_temp_files(self) -> list[Path]:
         """Remove our own writes' temp files, and only in our own directories: spec temp files of this driver's
         names in the (shared) CDI directory, metadata temp files below our metadata root, checkpoint temp files."""
         cdi_dir = self.paths.cdi_dir
+        prefixes = (*cdi_layout.spec_file_prefixes(self.driver), metadata.metadata_spec_driver_prefix(self.driver))
         removed = [
-            *cdi.remove_temp_files(cdi_dir=cdi_dir, prefix=cdi_edits.claim_spec_prefix(self.driver)),
-            *cdi.remove_temp_files(cdi_dir=cdi_dir, prefix=metadata.metadata_spec_driver_prefix(self.driver)),
+            *(p for prefix in prefixes for p in cdi.remove_temp_files(cdi_dir=cdi_dir, prefix=prefix)),
             *remove_temp_files(self.paths.checkpoint.parent, target=self.paths.checkpoint.name),
         ]
         for request_dir in sorted(self.paths.metadata_root.glob("*/*")):
@@ -183,6 +195,8 @@ class ClaimState:
             configs=configs,
             nics=nics,
             driver=self.driver,
+            layout=self.layout,
+            base_spec=self.base_spec,
             node_name=self.node_name,
             dirs=self.paths.dirs,
             generation=(known["metadataGeneration"] if known else 0) + 1,
@@ -229,7 +243,7 @@ class ClaimState:
     def _files_present(self, record: ClaimRecord) -> bool:
         """A node reboot wipes the CDI dir (volatile), and a metadata file a spec mounts may be gone too; then the
         claim is prepared again from scratch."""
-        return all(p.exists() for p in compute_recorded_files(record, dirs=self.paths.dirs))
+        return all(p.exists() for p in compute_recorded_files(record, dirs=self.paths.dirs, base_spec=self.base_spec))
 
     # -- unprepare -----------------------------------------------------------------------------------------------
 

@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Final
 
 from fakedev.driver.binding import compute_binding_updates
+from fakedev.driver.cdi_layout import cdi_layout_for
 from fakedev.driver.core import SerializedDriver
 from fakedev.driver.crash import CrashAt, CrashSwitch
 from fakedev.driver.fsutil import PRIVATE_DIR_MODE, make_dirs
+from fakedev.driver.plan import compute_base_spec
 from fakedev.driver.state import ClaimState, StatePaths
 from fakedev.errors import KubeApiError, ProfileError
 from fakedev.faults import Faults
@@ -193,6 +195,7 @@ class PluginApp:
         make_dirs(paths.plugin_dir, mode=PRIVATE_DIR_MODE)
         make_dirs(data_dir, mode=PRIVATE_DIR_MODE)
         sysfs_root = await asyncio.to_thread(_ensure_gpu_sysfs, inventory, schema=schema, root=data_dir / "sys")
+        layout = cdi_layout_for(schema=schema, nvidia=inventory.profile.releases.nvidia, driver=driver)
         state = ClaimState(
             driver=driver,
             node_name=s.node_name,
@@ -202,6 +205,12 @@ class PluginApp:
                 dev_root=data_dir / "dev",
                 checkpoint=data_dir / "checkpoint.json",
                 sysfs_root=sysfs_root,
+            ),
+            layout=layout,
+            base_spec=compute_base_spec(
+                layout=layout,
+                devices=[(ref.device, p) for ref, p in sorted(devices.rendered.devices.items())],
+                dev_root=data_dir / "dev",
             ),
             api=api,
             lookup=devices.lookup,

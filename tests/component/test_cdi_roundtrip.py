@@ -17,6 +17,7 @@ from cdi import (
     Hook,
     Mount,
     NetDevice,
+    ResolveError,
     Spec,
     find_spec_problems,
     inject_devices,
@@ -213,3 +214,47 @@ def test_a_static_spec_is_overridden_by_a_dynamic_one(dirs: dict[str, Path]) -> 
     )
 
     assert result["process"]["env"][-1] == "SOURCE=dynamic"
+
+
+def test_yaml_and_json_specs_are_read_alike_and_env_set_by_a_device_overrides_its_specs(
+    dirs: dict[str, Path],
+) -> None:
+    """What NVIDIA's releases write (YAML, spec-level ``NVIDIA_VISIBLE_DEVICES=void``) next to fakedev's JSON."""
+    claim = Spec(
+        version="",
+        kind="k8s.gpu.nvidia.com/claim",
+        devices=(
+            Device(name=f"{CLAIM_UID}-gpu-0", container_edits=ContainerEdits(env=("NVIDIA_VISIBLE_DEVICES=GPU-1",))),
+        ),
+        container_edits=ContainerEdits(env=("NVIDIA_VISIBLE_DEVICES=void",)),
+    )
+    example = Spec(
+        version="",
+        kind="k8s.gpu.example.com/device",
+        devices=(Device(name=f"{CLAIM_UID}-gpu-1", container_edits=ContainerEdits(env=("X=json",))),),
+    )
+    yaml_path = write_spec(
+        spec=with_minimum_version(claim),
+        cdi_dir=dirs["run-cdi"],
+        file_name=f"k8s.gpu.nvidia.com-claim_{CLAIM_UID}.yaml",
+    )
+    write_spec(
+        spec=with_minimum_version(example), cdi_dir=dirs["run-cdi"], file_name="k8s.gpu.example.com-device_x.json"
+    )
+    assert yaml_path.read_text().startswith("---\n")
+    registry = load_registry(spec_dirs=[dirs["run-cdi"]])
+    oci = inject_devices(
+        oci_spec=BASE_OCI,
+        registry=registry,
+        device_ids=[f"k8s.gpu.nvidia.com/claim={CLAIM_UID}-gpu-0", f"k8s.gpu.example.com/device={CLAIM_UID}-gpu-1"],
+    )
+    assert oci["process"]["env"][-2:] == ["NVIDIA_VISIBLE_DEVICES=GPU-1", "X=json"]
+
+
+def test_a_corrupt_spec_is_named_when_its_device_cannot_be_resolved(dirs: dict[str, Path]) -> None:
+    (dirs["run-cdi"] / f"k8s.gpu.nvidia.com-claim_{CLAIM_UID}.yaml").write_text("kind: [unclosed\n")
+    registry = load_registry(spec_dirs=[dirs["run-cdi"]])
+    with pytest.raises(ResolveError) as caught:
+        inject_devices(oci_spec=BASE_OCI, registry=registry, device_ids=[f"k8s.gpu.nvidia.com/claim={CLAIM_UID}-gpu-0"])
+    message = str(caught.value)
+    assert f"k8s.gpu.nvidia.com-claim_{CLAIM_UID}.yaml" in message and "invalid YAML" in message

@@ -9,19 +9,22 @@ from typing import Any
 import pytest
 
 from fakedev.driver.apply import apply_prepare_plan
+from fakedev.driver.cdi_layout import cdi_layout_for
 from fakedev.driver.checkpoint import compute_checksum
 from fakedev.driver.claims import compute_claim_plan
 from fakedev.driver.plan import PreparePlan, compute_device_configs, compute_prepare_plan
 from fakedev.driver.state import ClaimState, StatePaths
 from fakedev.errors import CheckpointError
 from fakedev.model.inventory import NodeInventory, VgpuDevice, resolve_inventory
+from fakedev.model.releases import NVIDIA_DEFAULT
 from fakedev.profiles import load_profile
-from fakedev.render import RenderedNode, render_node
+from fakedev.render import RenderedNode, Schema, render_node
 from fakedev.sysfs import write_sysfs
 from kubeletapi.types import ClaimRef
 
 NODE = "kv-up"
 DRIVER = "gpu.nvidia.com"
+LAYOUT = cdi_layout_for(schema=Schema.NVIDIA, nvidia=NVIDIA_DEFAULT, driver=DRIVER)
 REF = ClaimRef(uid="11111111-2222-3333-4444-555555555555", namespace="ns", name="vm-gpu")
 
 
@@ -68,6 +71,8 @@ def _prepared_by_v1_plugin(rendered: RenderedNode, paths: StatePaths) -> Prepare
         configs=compute_device_configs(claim_plan, published),
         nics={},
         driver=DRIVER,
+        layout=LAYOUT,
+        base_spec=None,
         node_name=NODE,
         dirs=paths.dirs,
         generation=1,
@@ -90,6 +95,8 @@ def _state(rendered: RenderedNode, paths: StatePaths) -> ClaimState:
         driver=DRIVER,
         node_name=NODE,
         paths=paths,
+        layout=LAYOUT,
+        base_spec=None,  # the release has none
         api=None,
         lookup=lambda pool, name: rendered.device(driver=DRIVER, pool=pool, name=name),
     )

@@ -15,18 +15,21 @@ from fakedev.cli.torture.invariants import CheckScope, compute_violations
 from fakedev.cli.torture.ledger import Belief, ClaimBelief
 from fakedev.cli.torture.observe import NodeFiles, read_snapshot
 from fakedev.driver.apply import apply_prepare_plan
+from fakedev.driver.cdi_layout import cdi_layout_for
 from fakedev.driver.checkpoint import Checkpoint, ClaimRecord
 from fakedev.driver.claims import compute_claim_plan
 from fakedev.driver.core import SerializedDriver
 from fakedev.driver.plan import PreparePlan, compute_device_configs, compute_prepare_plan
 from fakedev.driver.state import ClaimState, StatePaths
 from fakedev.model.inventory import resolve_inventory
+from fakedev.model.releases import NVIDIA_DEFAULT
 from fakedev.profiles import load_profile
-from fakedev.render import RenderedNode, render_node
+from fakedev.render import RenderedNode, Schema, render_node
 from kubeletapi.types import ClaimRef
 
 NODE = "files"
 DRIVER = "gpu.example.com"
+LAYOUT = cdi_layout_for(schema=Schema.EXAMPLE, nvidia=NVIDIA_DEFAULT, driver=DRIVER)
 OLD = ClaimRef(uid="11111111-0000-0000-0000-000000000001", namespace="ns", name="c")
 NEW = ClaimRef(uid="22222222-0000-0000-0000-000000000002", namespace="ns", name="c")
 
@@ -51,6 +54,8 @@ def _state(rendered: RenderedNode, paths: StatePaths) -> ClaimState:
         driver=DRIVER,
         node_name=NODE,
         paths=paths,
+        layout=LAYOUT,
+        base_spec=None,  # the release has none
         api=None,
         lookup=lambda pool, name: rendered.device(driver=DRIVER, pool=pool, name=name),
     )
@@ -70,6 +75,8 @@ def _plan(rendered: RenderedNode, paths: StatePaths, ref: ClaimRef, *, device: s
         configs=compute_device_configs(claim_plan, published),
         nics={},
         driver=DRIVER,
+        layout=LAYOUT,
+        base_spec=None,
         node_name=NODE,
         dirs=paths.dirs,
         generation=1,

@@ -199,13 +199,13 @@ def test_bdf_that_disagrees_with_the_slice(launched: Launched) -> None:
 
 
 def test_missing_vfio_group_node_in_the_cdi_edits(launched: Launched) -> None:
-    # The claim spec of the passthrough GPU (the vGPU's carries an MDEV_UUID instead).
-    spec_file = next(p for p in launched.layout.cdi.glob("*.json") if "_PCI_BUS_ID=" in p.read_text())
-    spec = json.loads(spec_file.read_text())
+    # The claim spec of the passthrough GPU (the vGPU's carries an MDEV_UUID instead); YAML, as NVIDIA writes it.
+    spec_file = next(p for p in launched.layout.cdi.glob("*-claim_*.yaml") if "_PCI_BUS_ID=" in p.read_text())
+    spec = yaml.safe_load(spec_file.read_text())
     for device in spec["devices"]:
         nodes = device["containerEdits"].get("deviceNodes", [])
         device["containerEdits"]["deviceNodes"] = [n for n in nodes if n["path"] == "/dev/vfio/vfio"]
-    with damaged(spec_file, json.dumps(spec)):
+    with damaged(spec_file, yaml.safe_dump(spec)):
         assert _failed(launched.verify()) == {"cdi/vfio-group-node"}
 
 

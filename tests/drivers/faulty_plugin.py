@@ -294,6 +294,7 @@ def broken_mount() -> None:
 
     def plan(**kw: Any) -> plan_mod.PreparePlan:
         base = original(**kw)
+        assert base.claim_spec is not None  # the faulty plugin serves the example schema: always a claim spec
         bad = cdi.Mount(host_path="/nonexistent/fakedev/broken", container_path="/broken", options=("ro", "bind"))
         spec = base.claim_spec.spec
         devices = tuple(

@@ -289,6 +289,10 @@ def test_duplicate_keys_are_rejected(text: str, fmt: SpecFormat) -> None:
         pytest.param("{", "json", "invalid JSON", id="json"),
         pytest.param('{"a": NaN}', "json", "invalid JSON", id="json-nan"),
         pytest.param("a: [", "yaml", "invalid YAML", id="yaml"),
+        pytest.param("a: &x [*x]\n", "yaml", "invalid YAML", id="yaml-recursive-alias"),
+        pytest.param("[" * 5000, "yaml", "invalid YAML", id="yaml-deep"),
+        pytest.param("a: \ud800\n", "yaml", "invalid YAML", id="yaml-lone-surrogate"),
+        pytest.param("kind: \x01\n", "yaml", "invalid YAML", id="yaml-control-character"),
     ],
 )
 def test_syntax_errors_name_the_source(text: str, fmt: SpecFormat, rule: str) -> None:

@@ -67,8 +67,34 @@ def test_a_name_with_a_trailing_newline_is_refused(uid: str, namespace: str, nam
             GPU_KINDS,
             f"parameters.'{'x' * 56}...: unknown field (allowed: apiVersion, env, kind, sharing)",
         ),
+        (
+            {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "VfioDeviceConfig", "iommu": {"enableAPIDevice": 1}},
+            GPU_KINDS,
+            "parameters.iommu.enableAPIDevice: must be true or false",
+        ),
+        (
+            {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "VfioDeviceConfig", "iommu": {"backendPolicy": []}},
+            GPU_KINDS,
+            "parameters.iommu.backendPolicy: must be one of LegacyOnly, PreferIommuFD",
+        ),
+        (
+            {**GPU, "iommu": {"enableAPIDevice": True}},
+            GPU_KINDS,
+            "parameters.iommu: unknown field (allowed: apiVersion, env, kind, sharing)",
+        ),
     ],
-    ids=["api-version-list", "kind-object", "strategy-list", "interval-list", "env-newline", "ifname-newline", "long"],
+    ids=[
+        "api-version-list",
+        "kind-object",
+        "strategy-list",
+        "interval-list",
+        "env-newline",
+        "ifname-newline",
+        "long",
+        "iommu-api-device-int",
+        "iommu-policy-list",
+        "iommu-on-a-gpu",
+    ],
 )
 def test_an_opaque_config_value_of_any_shape_is_a_claim_error_naming_the_field(
     parameters: dict[str, Any], kinds: frozenset[str], error: str

@@ -10,13 +10,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+import cdi
 from fakedev.driver import metadata
+from fakedev.driver.cdi_layout import CdiLayout, cdi_layout_for
 from fakedev.driver.checkpoint import ClaimRecord
 from fakedev.driver.claims import compute_claim_plan
 from fakedev.driver.plan import (
     PrepareDirs,
     PreparePlan,
+    compute_base_spec,
     compute_device_configs,
     compute_nic_assignments,
     compute_prepare_plan,
@@ -37,9 +41,10 @@ from fakedev.model.inventory import (
     VirtualNic,
     resolve_inventory,
 )
+from fakedev.model.releases import NVIDIA_DEFAULT, NvidiaRelease
 from fakedev.nics.plan import HostNic, NicAssignment, PreparedNic
 from fakedev.profiles import load_profile
-from fakedev.render import PublishedDevice, RenderedNode, render_node
+from fakedev.render import PublishedDevice, RenderedNode, Schema, render_node
 
 NODE = "node-p"
 UID = "0f1e2d3c-aaaa-bbbb-cccc-000000000001"
@@ -106,6 +111,7 @@ def _plan(
     fabric: bool = False,
     others: Sequence[PreparedNic] = (),
     generation: int = 1,
+    release: NvidiaRelease = NVIDIA_DEFAULT,
 ) -> PreparePlan:
     claim = compute_claim_plan(
         _claim(driver, results, uid=uid, config=config, pod_claim=pod_claim), uid=uid, driver=driver, node_name=NODE
@@ -115,12 +121,23 @@ def _plan(
     nics = compute_nic_assignments(
         claim=claim, published=published, configs=configs, node_name=NODE, kept={}, others=others
     )
+    layout = _layout(driver, release=release)
     return compute_prepare_plan(
         claim=claim,
         published=published,
         configs=configs,
         nics=nics,
         driver=driver,
+        layout=layout,
+        base_spec=compute_base_spec(
+            layout=layout,
+            devices=[
+                (r.device, p)
+                for r, p in sorted(_rendered(profile, fabric=fabric).devices.items())
+                if r.driver == driver
+            ],
+            dev_root=DIRS.dev_root,
+        ),
         node_name=NODE,
         dirs=DIRS,
         generation=generation,
@@ -128,7 +145,13 @@ def _plan(
     )
 
 
+def _layout(driver: str, *, release: NvidiaRelease = NVIDIA_DEFAULT) -> CdiLayout:
+    schema = next(s for s in Schema if s.driver == driver)
+    return cdi_layout_for(schema=schema, nvidia=release, driver=driver)
+
+
 def _spec(plan: PreparePlan) -> Any:
+    assert plan.claim_spec is not None
     return plan.claim_spec.spec.to_json()
 
 
@@ -179,8 +202,9 @@ def test_full_gpu_plan() -> None:
     assert plan.fake_nodes == tuple(
         DIRS.dev_root / n for n in ("nvidia0", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
     )
-    assert plan.claim_spec.file_name == f"k8s.gpu.nvidia.com-device_{UID}.json"
-    assert _spec(plan)["kind"] == "k8s.gpu.nvidia.com/device"
+    assert plan.claim_spec is not None
+    assert plan.claim_spec.file_name == f"k8s.gpu.nvidia.com-claim_{UID}.yaml"
+    assert _spec(plan)["kind"] == "k8s.gpu.nvidia.com/claim"
     edits = _edits(plan, "gpu-0")
     assert edits["env"] == [f"NVIDIA_VISIBLE_DEVICES={uuid}", f"FAKEDEV_GPU_0_UUID={uuid}"]
     assert edits["deviceNodes"][0] == {
@@ -239,8 +263,8 @@ def test_full_gpu_status_answer_and_record() -> None:
     )
     # The metadata device rides on the first device of its request only.
     assert [d.cdi_device_ids for d in plan.prepared] == [
-        (f"k8s.gpu.nvidia.com/device={UID}-gpu-0", f"gpu.nvidia.com/metadata={UID}_gpu"),
-        (f"k8s.gpu.nvidia.com/device={UID}-gpu-1",),
+        (f"k8s.gpu.nvidia.com/claim={UID}-gpu-0", f"gpu.nvidia.com/metadata={UID}_gpu"),
+        (f"k8s.gpu.nvidia.com/claim={UID}-gpu-1",),
     ]
     assert plan.prepared[1].share_id == "share-1"
     assert plan.record == {
@@ -252,18 +276,18 @@ def test_full_gpu_status_answer_and_record() -> None:
                 "requestNames": ["gpu"],
                 "pool": NODE,
                 "device": "gpu-0",
-                "cdiDeviceIDs": [f"k8s.gpu.nvidia.com/device={UID}-gpu-0", f"gpu.nvidia.com/metadata={UID}_gpu"],
+                "cdiDeviceIDs": [f"k8s.gpu.nvidia.com/claim={UID}-gpu-0", f"gpu.nvidia.com/metadata={UID}_gpu"],
                 "shareID": None,
             },
             {
                 "requestNames": ["gpu"],
                 "pool": NODE,
                 "device": "gpu-1",
-                "cdiDeviceIDs": [f"k8s.gpu.nvidia.com/device={UID}-gpu-1"],
+                "cdiDeviceIDs": [f"k8s.gpu.nvidia.com/claim={UID}-gpu-1"],
                 "shareID": "share-1",
             },
         ],
-        "cdiSpecFiles": [f"k8s.gpu.nvidia.com-device_{UID}.json", f"gpu.nvidia.com_metadata_{UID}_gpu.json"],
+        "cdiSpecFiles": [f"k8s.gpu.nvidia.com-claim_{UID}.yaml", f"gpu.nvidia.com_metadata_{UID}_gpu.json"],
         "metadataDir": f"ns_c_{UID}",
         "metadataGeneration": 2,
         "nics": [],
@@ -425,7 +449,7 @@ def test_vgpu_creates_its_mdev_and_reports_its_uuid_in_metadata() -> None:
     assert _node_paths(edits) == ["/dev/vfio/vfio", f"/dev/vfio/{vgpu.iommu_group}"]
 
 
-def test_vfio_passthrough_gets_its_iommu_group_node() -> None:
+def test_vfio_passthrough_gets_its_iommu_group_node_only() -> None:
     gpu = _published("kubevirt-host", NVIDIA, "gpu-vfio-1").model
     assert isinstance(gpu, PassthroughGpu)
     config = [_config(NVIDIA, "resource.nvidia.com/v1beta1", kind="VfioDeviceConfig", env={"X": "y"})]
@@ -437,11 +461,125 @@ def test_vfio_passthrough_gets_its_iommu_group_node() -> None:
         f"FAKEDEV_GPU_VFIO_1_IOMMU_GROUP={group}",
         "X=y",
     ]
+    # v0.4.1 adds the API node only when the request's VfioDeviceConfig sets iommu.enableAPIDevice.
     assert [(n["path"], n["hostPath"]) for n in edits["deviceNodes"]] == [
-        ("/dev/vfio/vfio", "/plugin/dev/vfio/vfio"),
         (f"/dev/vfio/{group}", f"/plugin/dev/vfio/{group}"),
     ]
+    assert _spec(plan)["containerEdits"] == {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}
+    assert plan.fake_nodes == (DIRS.dev_root / "vfio" / str(group),)
     assert plan.mdevs == ()
+
+
+# -- CDI per driver release ----------------------------------------------------------------------------------------
+
+
+def _base_edits(plan: PreparePlan, device: str) -> Any:
+    assert plan.base_spec is not None
+    (found,) = [d for d in plan.base_spec.spec.to_json()["devices"] if d["name"] == device]
+    return found["containerEdits"]
+
+
+def test_claim_specs_are_yaml_documents_of_the_claim_kind() -> None:
+    plan = _plan("dgx-h100", NVIDIA, [("gpu", "gpu-0", None)], release=NvidiaRelease.V25_12_0)
+    assert plan.claim_spec is not None and plan.base_spec is None
+    text = cdi.render_spec_text(plan.claim_spec.spec, path=Path(plan.claim_spec.file_name))
+    assert text.startswith("---\ncdiVersion: ")
+    doc = yaml.safe_load(text)
+    assert (doc["kind"], [d["name"] for d in doc["devices"]]) == ("k8s.gpu.nvidia.com/claim", [f"{UID}-gpu-0"])
+    # The release's spec-level void; the device's own list is applied after it, so the container sees the list.
+    assert doc["containerEdits"] == {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}
+    assert doc["devices"][0]["containerEdits"]["env"][0].startswith("NVIDIA_VISIBLE_DEVICES=GPU-")
+
+
+def test_v25_12_0_puts_the_vfio_api_node_in_the_claim_specs_own_edits() -> None:
+    gpu = _published("kubevirt-host", NVIDIA, "gpu-vfio-1").model
+    assert isinstance(gpu, PassthroughGpu)
+    group = gpu.pci.iommu_group
+    plan = _plan("kubevirt-host", NVIDIA, [("vm", "gpu-vfio-1", None)], release=NvidiaRelease.V25_12_0)
+    assert _node_paths(_edits(plan, "gpu-vfio-1")) == [f"/dev/vfio/{group}"]
+    spec_edits = _spec(plan)["containerEdits"]
+    assert spec_edits["env"] == ["NVIDIA_VISIBLE_DEVICES=void"]
+    assert [(n["path"], n["hostPath"]) for n in spec_edits["deviceNodes"]] == [
+        ("/dev/vfio/vfio", "/plugin/dev/vfio/vfio")
+    ]
+    assert set(plan.fake_nodes) == {DIRS.dev_root / "vfio" / str(group), DIRS.dev_root / "vfio" / "vfio"}
+
+
+@pytest.mark.parametrize(
+    ("iommu", "api_node"),
+    [({"enableAPIDevice": True}, True), ({"enableAPIDevice": False, "backendPolicy": "PreferIommuFD"}, False)],
+    ids=["enabled", "disabled"],
+)
+def test_v0_4_1_gives_the_vfio_api_node_when_the_config_asks(iommu: dict[str, Any], *, api_node: bool) -> None:
+    config = [_config(NVIDIA, "resource.nvidia.com/v1beta1", kind="VfioDeviceConfig", iommu=iommu)]
+    plan = _plan("kubevirt-host", NVIDIA, [("vm", "gpu-vfio-1", None)], config=config, release=NvidiaRelease.V0_4_1)
+    node = {"path": "/dev/vfio/vfio", "hostPath": "/plugin/dev/vfio/vfio", "type": "c", "major": 1, "minor": 3}
+    assert _spec(plan)["containerEdits"].get("deviceNodes", []) == ([{**node, "permissions": "rw"}] if api_node else [])
+    assert (DIRS.dev_root / "vfio" / "vfio" in plan.fake_nodes) is api_node
+
+
+def test_v25_8_1_answers_base_spec_ids_and_writes_no_claim_spec_without_claim_edits() -> None:
+    plan = _plan("dgx-h100", NVIDIA, [("gpu", "gpu-0", None), ("gpu", "gpu-1", None)], release=NvidiaRelease.V25_8_1)
+    assert [d.cdi_device_ids for d in plan.prepared] == [
+        ("k8s.gpu.nvidia.com/device=gpu-0", f"gpu.nvidia.com/metadata={UID}_gpu"),
+        ("k8s.gpu.nvidia.com/device=gpu-1",),
+    ]
+    assert plan.claim_spec is None
+    assert plan.record["cdiSpecFiles"] == [f"gpu.nvidia.com_metadata_{UID}_gpu.json"]
+    assert plan.fake_nodes[0] == DIRS.dev_root / "nvidia0"  # prepare still makes the device's nodes
+
+
+def test_v25_8_1_base_spec_holds_every_published_device_with_what_no_claim_changes() -> None:
+    plan = _plan("dgx-h100", NVIDIA, [("gpu", "gpu-0", None)], release=NvidiaRelease.V25_8_1)
+    assert plan.base_spec is not None
+    doc = plan.base_spec.spec.to_json()
+    assert plan.base_spec.file_name == "k8s.gpu.nvidia.com-device_base.yaml"
+    assert doc["kind"] == "k8s.gpu.nvidia.com/device"
+    assert [d["name"] for d in doc["devices"]] == sorted(
+        r.device for r in _rendered("dgx-h100").devices if r.driver == NVIDIA
+    )
+    assert doc["containerEdits"] == {"env": ["NVIDIA_VISIBLE_DEVICES=void", "NVIDIA_VISIBLE_DEVICES=void"]}
+    gpu = _published("dgx-h100", NVIDIA, "gpu-0").model
+    assert isinstance(gpu, GpuDevice)
+    edits = _base_edits(plan, "gpu-0")
+    assert edits["env"] == [f"FAKEDEV_GPU_0_UUID={gpu.uuid}"]
+    assert _node_paths(edits) == ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
+
+
+def test_v25_8_1_puts_what_a_claims_config_adds_in_a_claim_spec() -> None:
+    config = [_config(NVIDIA, "resource.nvidia.com/v1beta1", kind="GpuConfig", env={"X": "y"})]
+    plan = _plan("dgx-h100", NVIDIA, [("gpu", "gpu-0", None)], config=config, release=NvidiaRelease.V25_8_1)
+    assert plan.prepared[0].cdi_device_ids[:2] == (
+        "k8s.gpu.nvidia.com/device=gpu-0",
+        f"k8s.gpu.nvidia.com/claim={UID}-gpu-0",
+    )
+    assert plan.claim_spec is not None
+    assert plan.claim_spec.file_name == f"k8s.gpu.nvidia.com-claim_{UID}.yaml"
+    assert _spec(plan)["kind"] == "k8s.gpu.nvidia.com/claim"
+    assert _edits(plan, "gpu-0") == {"env": ["X=y"]}
+
+
+def test_v25_8_1_names_a_dynamic_mig_instance_in_the_claim_spec_only() -> None:
+    device = _mig("dgx-h100", precreated=False)
+    plan = _plan("dgx-h100", NVIDIA, [("mig", device, None)], release=NvidiaRelease.V25_8_1)
+    key = device.upper().replace("-", "_")
+    assert not any(e.startswith(f"FAKEDEV_{key}_UUID=") for e in _base_edits(plan, device)["env"])
+    assert _uuid_env(plan, device).startswith("MIG-")
+
+
+def test_v25_8_1_keeps_fakedevs_vfio_nodes_on_the_base_spec_device() -> None:
+    gpu = _published("kubevirt-host", NVIDIA, "gpu-vfio-1").model
+    assert isinstance(gpu, PassthroughGpu)
+    plan = _plan("kubevirt-host", NVIDIA, [("vm", "gpu-vfio-1", None)], release=NvidiaRelease.V25_8_1)
+    assert _node_paths(_base_edits(plan, "gpu-vfio-1")) == ["/dev/vfio/vfio", f"/dev/vfio/{gpu.pci.iommu_group}"]
+    assert DIRS.dev_root / "vfio" / "vfio" in plan.fake_nodes
+
+
+def test_a_claim_answered_with_base_spec_ids_depends_on_the_base_spec() -> None:
+    plan = _plan("dgx-h100", NVIDIA, [("gpu", "gpu-0", None)], release=NvidiaRelease.V25_8_1)
+    assert plan.base_spec is not None
+    files = compute_recorded_files(plan.record, dirs=DIRS, base_spec=plan.base_spec)
+    assert files[0] == DIRS.cdi_dir / "k8s.gpu.nvidia.com-device_base.yaml"
 
 
 # -- NICs --------------------------------------------------------------------------------------------------------
@@ -648,8 +786,9 @@ def test_unprepare_without_a_record_looks_only_at_the_uids_own_directory_and_the
     )
     assert plan.metadata_dir == DIRS.metadata_root / f"ns_c_{UID}"
     assert plan.legacy_metadata_dir == DIRS.metadata_root / "ns_c"  # removed only if its files name this UID
-    assert (plan.claim_spec_file, plan.metadata_spec_prefix) == (
-        f"k8s.gpu.nvidia.com-device_{UID}.json",
+    # Every name a claim spec has had, so one prepared under another release (or an older fakedev) goes too.
+    assert (plan.claim_spec_files, plan.metadata_spec_prefix) == (
+        (f"k8s.gpu.nvidia.com-device_{UID}.json", f"k8s.gpu.nvidia.com-claim_{UID}.yaml"),
         f"gpu.nvidia.com_metadata_{UID}_",
     )
 
@@ -673,14 +812,16 @@ def test_unprepare_with_a_record_removes_the_directory_it_names_if_that_is_a_pla
 def test_a_recorded_claim_depends_on_its_specs_and_each_requests_metadata_file() -> None:
     plan = _plan("dgx-h100", NVIDIA, [("a", "gpu-0", None), ("a", "gpu-1", None), ("b/x", "gpu-2", None)])
     claim_dir = DIRS.metadata_root / f"ns_c_{UID}"
-    assert compute_recorded_files(plan.record, dirs=DIRS) == (
-        DIRS.cdi_dir / f"k8s.gpu.nvidia.com-device_{UID}.json",
+    assert compute_recorded_files(plan.record, dirs=DIRS, base_spec=None) == (
+        DIRS.cdi_dir / f"k8s.gpu.nvidia.com-claim_{UID}.yaml",
         DIRS.cdi_dir / f"gpu.nvidia.com_metadata_{UID}_a.json",
         DIRS.cdi_dir / f"gpu.nvidia.com_metadata_{UID}_b.json",
         claim_dir / "a" / "metadata.json",
         claim_dir / "b" / "metadata.json",
     )
-    assert {f.path for f in plan.metadata_files} == set(compute_recorded_files(plan.record, dirs=DIRS)[3:])
+    assert {f.path for f in plan.metadata_files} == set(
+        compute_recorded_files(plan.record, dirs=DIRS, base_spec=None)[3:]
+    )
 
 
 def test_unprepare_without_a_record_resets_only_nics_carrying_the_claims_mac() -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from fakedev.cli.torture.ledger import Belief, ClaimBelief
-from fakedev.driver import cdi_edits, metadata
+from fakedev.driver import cdi_layout, metadata
 from fakedev.driver.checkpoint import ClaimRecord, prepared_device
 from fakedev.nics.ports import NicPort
 
@@ -167,9 +167,9 @@ def _name(claim: ClaimBelief) -> str:
 
 
 def _specs_of(snapshot: NodeSnapshot, claim: ClaimBelief, *, driver: str) -> set[str]:
-    claim_spec = cdi_edits.claim_spec_file(driver=driver, claim_uid=claim.uid)
+    claim_specs = cdi_layout.claim_spec_files(driver=driver, claim_uid=claim.uid)
     prefix = metadata.metadata_spec_prefix(driver=driver, claim_uid=claim.uid)
-    return {s for s in snapshot.specs if s == claim_spec or s.startswith(prefix)}
+    return {s for s in snapshot.specs if s in claim_specs or s.startswith(prefix)}
 
 
 def _released_specs(snapshot: NodeSnapshot, claims: Sequence[ClaimBelief], *, driver: str) -> set[str]:

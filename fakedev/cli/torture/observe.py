@@ -4,13 +4,13 @@ through the API, and its NICs through netlink (the I/O half of :mod:`fakedev.cli
 from __future__ import annotations
 
 import ipaddress
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import cdi
 from fakedev.cli.torture.invariants import NicState, NodeSnapshot
-from fakedev.driver import cdi_edits, metadata
+from fakedev.driver import cdi_layout, metadata
 from fakedev.driver.checkpoint import Checkpoint, ClaimRecord
 from fakedev.driver.fsutil import temp_file_target
 from fakedev.errors import CheckpointError
@@ -62,7 +62,15 @@ def read_snapshot(
 
 
 def _ours(name: str, *, driver: str) -> bool:
-    return name.startswith((cdi_edits.claim_spec_prefix(driver), metadata.metadata_spec_driver_prefix(driver)))
+    """A claim's spec file of ``driver`` (the base spec some releases write is the node's: no claim owns it)."""
+    return cdi_layout.is_claim_spec(name, driver=driver) or name.startswith(
+        metadata.metadata_spec_driver_prefix(driver)
+    )
+
+
+def _temp_of_ours(name: str, *, driver: str) -> bool:
+    """A temp file of a write of one of ``driver``'s specs, base spec included (a crash may cut that short too)."""
+    return name.startswith((*cdi_layout.spec_file_prefixes(driver), metadata.metadata_spec_driver_prefix(driver)))
 
 
 def _read_cdi(files: NodeFiles) -> tuple[dict[str, tuple[str, ...]], list[str]]:
@@ -71,17 +79,15 @@ def _read_cdi(files: NodeFiles) -> tuple[dict[str, tuple[str, ...]], list[str]]:
     entries = sorted(files.cdi_dir.iterdir()) if files.cdi_dir.is_dir() else []
     for entry in entries:
         if entry.name.startswith("."):
-            if entry.name.endswith(".tmp") and _ours(entry.name[1:], driver=files.driver):
+            if entry.name.endswith(".tmp") and _temp_of_ours(entry.name[1:], driver=files.driver):
                 temps.append(str(entry))
             continue
         if not _ours(entry.name, driver=files.driver):
             continue
         try:
-            doc = json.loads(entry.read_text())
-            mounts = tuple(
-                m["hostPath"] for d in doc.get("devices", []) for m in d.get("containerEdits", {}).get("mounts", [])
-            )
-        except (OSError, ValueError, KeyError, AttributeError):
+            spec = cdi.load_spec_file(entry)  # JSON or YAML, as the release writes it
+            mounts = tuple(m.host_path for d in spec.devices for m in d.container_edits.mounts)
+        except cdi.CdiError:
             mounts = ("<unreadable spec>",)  # a torn spec mounts nothing that exists: the check reports it
         specs[entry.name] = mounts
     return specs, temps

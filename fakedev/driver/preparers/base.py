@@ -1,7 +1,8 @@
 """What a device preparer is: the per-kind knowledge prepare needs, as pure functions of the device model.
 
 A preparer answers, for one allocated device of its kind: which opaque config kinds apply, which fake device nodes
-and CDI container edits it gets, which attributes its metadata carries, what prepare must do on the host for it (an
+and CDI container edits it gets (whole, or split into what no claim changes and what the claim adds, for releases
+with a node-wide base spec), which attributes its metadata carries, what prepare must do on the host for it (an
 mdev, a NIC), what its ``status.devices`` entry adds, and which UUID it contributes to ``NVIDIA_VISIBLE_DEVICES``.
 Everything not overridden is "nothing of that".
 """
@@ -84,6 +85,11 @@ class DevicePreparer(ABC, Generic[M]):
     def fake_nodes(self, model: M) -> tuple[FakeNode, ...]:
         return ()
 
+    def api_nodes(self, model: M) -> tuple[FakeNode, ...]:
+        """Nodes a claim with such a device needs once, however many it has (the VFIO API node); not in
+        :meth:`fake_nodes` or the edits: the release decides where they go (:mod:`fakedev.driver.cdi_layout`)."""
+        return ()
+
     def claim_uuid(self, model: M, *, node_name: str, key: str) -> str | None:
         """A UUID that exists only for this claim (a dynamic MIG instance is created at prepare), from ``key``."""
         return None
@@ -95,6 +101,16 @@ class DevicePreparer(ABC, Generic[M]):
     @abstractmethod
     def container_edits(self, model: M, *, use: EditsInput) -> cdi.ContainerEdits:
         """Never empty: CDI forbids devices without edits."""
+
+    def device_edits(self, model: M, *, device: str, dev_root: Path) -> cdi.ContainerEdits:
+        """The part of the edits no claim changes (device nodes, the device's identity): its entry in the node-wide
+        base spec of a release that writes one. Default: empty (no base-spec entry)."""
+        return cdi.ContainerEdits()
+
+    def claim_edits(self, model: M, *, use: EditsInput) -> cdi.ContainerEdits:
+        """What the claim adds to :meth:`device_edits` when a base spec holds those (its config, a UUID minted for
+        it); empty: the device gets no claim-spec entry. Default: all of :meth:`container_edits`."""
+        return self.container_edits(model, use=use)
 
     def mdev(self, model: M) -> MdevRequest | None:
         return None

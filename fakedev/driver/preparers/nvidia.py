@@ -2,12 +2,14 @@
 
 Containers learn their devices from ``NVIDIA_VISIBLE_DEVICES`` (GPUs and MIG instances by UUID) and from
 ``FAKEDEV_<DEVICE>_*`` variables with the identity of each device; vGPUs and passthrough GPUs are handed to a VM
-through ``/dev/vfio``, so they carry no visible UUID.
+through ``/dev/vfio``, so they carry no visible UUID. Under a release with a node-wide base spec (v25.8.1) the
+device's nodes and identity are its base-spec entry and ``NVIDIA_VISIBLE_DEVICES`` stays the release's ``void``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Final
 
 import cdi
@@ -33,17 +35,32 @@ def _gpu_node(minor: int) -> FakeNode:
     return FakeNode(container_path=f"/dev/nvidia{minor}", host_relpath=f"nvidia{minor}")
 
 
-def _vfio_nodes(group: int) -> tuple[FakeNode, ...]:
-    return (
-        FakeNode(container_path="/dev/vfio/vfio", host_relpath="vfio/vfio"),
-        FakeNode(container_path=f"/dev/vfio/{group}", host_relpath=f"vfio/{group}"),
-    )
+VFIO_API_NODE: Final = FakeNode(container_path="/dev/vfio/vfio", host_relpath="vfio/vfio")
+
+
+def _group_node(group: int) -> FakeNode:
+    return FakeNode(container_path=f"/dev/vfio/{group}", host_relpath=f"vfio/{group}")
+
+
+def _config_env(use: EditsInput) -> list[str]:
+    return [*cdi_edits.render_sharing_env("FAKEDEV_", use.config), *cdi_edits.render_config_env(use.config)]
 
 
 def _edits(own_env: Sequence[str], *, nodes: Sequence[FakeNode], use: EditsInput) -> cdi.ContainerEdits:
     """The device's own variables, then the sharing settings and the config's env; its nodes under the fake /dev."""
-    env = [*own_env, *cdi_edits.render_sharing_env("FAKEDEV_", use.config), *cdi_edits.render_config_env(use.config)]
+    env = [*own_env, *_config_env(use)]
     return cdi.ContainerEdits(env=tuple(env), device_nodes=cdi_edits.render_device_nodes(nodes, dev_root=use.dev_root))
+
+
+def _fixed(own_env: Sequence[str], *, nodes: Sequence[FakeNode], dev_root: Path) -> cdi.ContainerEdits:
+    """A device's base-spec entry: its identity and nodes, nothing of a claim."""
+    return cdi.ContainerEdits(env=tuple(own_env), device_nodes=cdi_edits.render_device_nodes(nodes, dev_root=dev_root))
+
+
+def _claim_part(own_env: Sequence[str], *, use: EditsInput) -> cdi.ContainerEdits:
+    """What a claim adds to a base-spec entry. No ``NVIDIA_VISIBLE_DEVICES`` list: with a base spec the container
+    sees the release's ``void`` (it learns its devices from their nodes and ``FAKEDEV_<DEVICE>_*``)."""
+    return cdi.ContainerEdits(env=(*own_env, *_config_env(use)))
 
 
 def _visible(use: EditsInput) -> str:
@@ -60,6 +77,13 @@ class GpuPreparer(DevicePreparer[GpuDevice]):
     def container_edits(self, model: GpuDevice, *, use: EditsInput) -> cdi.ContainerEdits:
         key = cdi_edits.env_key(use.device)
         return _edits([_visible(use), f"FAKEDEV_{key}_UUID={model.uuid}"], nodes=self.fake_nodes(model), use=use)
+
+    def device_edits(self, model: GpuDevice, *, device: str, dev_root: Path) -> cdi.ContainerEdits:
+        key = cdi_edits.env_key(device)
+        return _fixed([f"FAKEDEV_{key}_UUID={model.uuid}"], nodes=self.fake_nodes(model), dev_root=dev_root)
+
+    def claim_edits(self, model: GpuDevice, *, use: EditsInput) -> cdi.ContainerEdits:
+        return _claim_part([], use=use)
 
 
 class MigPreparer(DevicePreparer[MigDevice]):
@@ -93,15 +117,39 @@ class MigPreparer(DevicePreparer[MigDevice]):
         ]
         return _edits(own, nodes=self.fake_nodes(model), use=use)
 
+    def device_edits(self, model: MigDevice, *, device: str, dev_root: Path) -> cdi.ContainerEdits:
+        key = cdi_edits.env_key(device)
+        # A dynamic instance has no UUID until a claim creates it: the claim's part names it.
+        uuid = [f"FAKEDEV_{key}_UUID={model.uuid}"] if model.precreated else []
+        own = [*uuid, f"FAKEDEV_{key}_PARENT_UUID={model.parent.uuid}", f"FAKEDEV_{key}_PROFILE={model.profile.name}"]
+        return _fixed(own, nodes=self.fake_nodes(model), dev_root=dev_root)
+
+    def claim_edits(self, model: MigDevice, *, use: EditsInput) -> cdi.ContainerEdits:
+        key = cdi_edits.env_key(use.device)
+        minted = [] if use.claim_uuid is None else [f"FAKEDEV_{key}_UUID={use.claim_uuid}"]
+        return _claim_part(minted, use=use)
+
 
 class VgpuPreparer(DevicePreparer[VgpuDevice]):
+    """fakedev's own kind (no release has vGPU devices): its nodes are as fakedev always gave them, API node
+    included, whatever the release."""
+
     def fake_nodes(self, model: VgpuDevice) -> tuple[FakeNode, ...]:
-        return _vfio_nodes(model.iommu_group)
+        return (VFIO_API_NODE, _group_node(model.iommu_group))
 
     def container_edits(self, model: VgpuDevice, *, use: EditsInput) -> cdi.ContainerEdits:
-        key = cdi_edits.env_key(use.device)
-        own = [f"FAKEDEV_{key}_MDEV_UUID={model.mdev_uuid}", f"FAKEDEV_{key}_VGPU_TYPE={model.vgpu_type.name}"]
-        return _edits(own, nodes=self.fake_nodes(model), use=use)
+        return _edits(self._own(model, device=use.device), nodes=self.fake_nodes(model), use=use)
+
+    def device_edits(self, model: VgpuDevice, *, device: str, dev_root: Path) -> cdi.ContainerEdits:
+        return _fixed(self._own(model, device=device), nodes=self.fake_nodes(model), dev_root=dev_root)
+
+    def claim_edits(self, model: VgpuDevice, *, use: EditsInput) -> cdi.ContainerEdits:
+        return _claim_part([], use=use)
+
+    @staticmethod
+    def _own(model: VgpuDevice, *, device: str) -> list[str]:
+        key = cdi_edits.env_key(device)
+        return [f"FAKEDEV_{key}_MDEV_UUID={model.mdev_uuid}", f"FAKEDEV_{key}_VGPU_TYPE={model.vgpu_type.name}"]
 
     def mdev(self, model: VgpuDevice) -> MdevRequest | None:
         return MdevRequest(
@@ -117,10 +165,24 @@ class VgpuPreparer(DevicePreparer[VgpuDevice]):
 
 
 class PassthroughPreparer(DevicePreparer[PassthroughGpu]):
+    """The group node is the device's; the VFIO API node (``/dev/vfio/vfio``) is placed by the release."""
+
     def fake_nodes(self, model: PassthroughGpu) -> tuple[FakeNode, ...]:
-        return _vfio_nodes(model.pci.iommu_group)
+        return (_group_node(model.pci.iommu_group),)
+
+    def api_nodes(self, model: PassthroughGpu) -> tuple[FakeNode, ...]:
+        return (VFIO_API_NODE,)
 
     def container_edits(self, model: PassthroughGpu, *, use: EditsInput) -> cdi.ContainerEdits:
-        key = cdi_edits.env_key(use.device)
-        own = [f"FAKEDEV_{key}_PCI_BUS_ID={model.bdf.render()}", f"FAKEDEV_{key}_IOMMU_GROUP={model.pci.iommu_group}"]
-        return _edits(own, nodes=self.fake_nodes(model), use=use)
+        return _edits(self._own(model, device=use.device), nodes=self.fake_nodes(model), use=use)
+
+    def device_edits(self, model: PassthroughGpu, *, device: str, dev_root: Path) -> cdi.ContainerEdits:
+        return _fixed(self._own(model, device=device), nodes=self.fake_nodes(model), dev_root=dev_root)
+
+    def claim_edits(self, model: PassthroughGpu, *, use: EditsInput) -> cdi.ContainerEdits:
+        return _claim_part([], use=use)
+
+    @staticmethod
+    def _own(model: PassthroughGpu, *, device: str) -> list[str]:
+        key = cdi_edits.env_key(device)
+        return [f"FAKEDEV_{key}_PCI_BUS_ID={model.bdf.render()}", f"FAKEDEV_{key}_IOMMU_GROUP={model.pci.iommu_group}"]
