@@ -99,12 +99,6 @@ def _profiles(
     )
 
 
-def _derived_mib(total_mib: int, *, size: int) -> int:
-    # NVIDIA does not publish these; use the profile's fraction of memory slices, rounded down to 256 MiB
-    # (the granularity of every published MIG memory size).
-    return total_mib * size // mig.MEMORY_SLICES // 256 * 256
-
-
 _A100_ENGINES: Final = {
     "1g": (14, 1, 0, 0, 0, 0),
     "1g+me": (14, 1, 1, 0, 1, 1),
@@ -304,9 +298,9 @@ H200_NVL: Final = GpuProduct(
 
 # B200: 1g.23gb, 1g.23gb+me, 1g.45gb and 2g.45gb are `nvidia-smi mig -lgip` output on a B200 (NVIDIA/mig-parted
 # PR #187, driver of March 2025: 20.50 and 44.25 GiB; 2g.45gb shows 4 copy engines where NVIDIA's guide says 3).
-# 3g/4g/7g copy engines follow the MIG user guide (6/8/16); their SM counts (18 per compute slice, 148 for 7g)
-# and decoder/JPEG counts (one per compute slice, as on Hopper) are extrapolated, and their memory is derived from
-# the memory fraction (see _derived_mib) because no B200 source in reach publishes it.
+# 3g.90gb, 4g.90gb and 7g.180gb are what the NVIDIA DRA driver 0.5.0 published on a p6-b200 node with dynamic MIG
+# (aws/karpenter-provider-aws, pkg/providers/nvidiadra, commit 971ab0b0; tests/data/captures/nvidia-karpenter-p6-b200):
+# 89 GiB and 70/72 SMs for the 3g/4g profiles, 182784 MiB for 7g.
 _B200_MIB: Final = 183359
 
 B200: Final = GpuProduct(
@@ -334,9 +328,9 @@ B200: Final = GpuProduct(
             ("1g.23gb+me", mig.SHAPE_1G_ME, (18, 2, 1, 0, 1, 1), 20992),
             ("1g.45gb", mig.SHAPE_1G_DOUBLE, (30, 2, 1, 0, 1, 0), 45312),
             ("2g.45gb", mig.SHAPE_2G, (36, 4, 2, 0, 2, 0), 45312),
-            ("3g.90gb", mig.SHAPE_3G, (54, 6, 3, 0, 3, 0), _derived_mib(_B200_MIB, size=4)),
-            ("4g.90gb", mig.SHAPE_4G, (72, 8, 4, 0, 4, 0), _derived_mib(_B200_MIB, size=4)),
-            ("7g.180gb", mig.SHAPE_7G, (148, 16, 7, 0, 7, 1), _derived_mib(_B200_MIB, size=8)),
+            ("3g.90gb", mig.SHAPE_3G, (70, 6, 3, 0, 3, 0), 91136),
+            ("4g.90gb", mig.SHAPE_4G, (72, 8, 4, 0, 4, 0), 91136),
+            ("7g.180gb", mig.SHAPE_7G, (148, 16, 7, 0, 7, 1), 182784),
         )
     ),
 )

@@ -183,8 +183,17 @@ class ReleaseTable:
     rows: tuple[tuple[str, tuple[tuple[PublishedKind, ...], ...]], ...]
 
 
+REFERENCE_ADDRESSES: Final = ("192.0.2.10/24", "2001:db8::10/64")
+"""Documentation-range addresses (RFC 5737, RFC 3849): global unicast, as DraNet counts them."""
+
+
 def _rendered_devices(profile: NodeProfile, *, schema: Schema) -> list[PublishedDevice]:
-    rendered = render_node(resolve_inventory(profile, node_name=REFERENCE_NODE), schemas=[schema])
+    inventory = resolve_inventory(profile, node_name=REFERENCE_NODE)
+    # Every interface with an address of each family, so the attributes that need one (dra.net/ipv4, ipv6) show.
+    interfaces = [pf.ifname for pf in inventory.nics] + [vf.ifname for pf in inventory.nics for vf in pf.vfs]
+    interfaces += [v.ifname for v in inventory.virtual_nics]
+    addresses = dict.fromkeys(interfaces, REFERENCE_ADDRESSES)
+    rendered = render_node(inventory, schemas=[schema], addresses=addresses)
     return [d for d in rendered.devices.values() if d.ref.driver == schema.driver]
 
 

@@ -66,12 +66,14 @@ def _node_cases() -> list[Case]:
     return [Case(capture=c["capture"], release=r) for c in _captures() for r in c["releases"]]
 
 
-def _kind_cases() -> list[Case]:
+def _kind_cases(*, modelled: bool = True) -> list[Case]:
+    """Every captured (capture, release, kind); ``modelled`` False: the kinds fakedev has no hardware for yet."""
     return [
         Case(capture=c["capture"], release=r, kind=PublishedKind(d["kind"]))
         for c in _captures()
         for r in c["releases"]
         for d in c["devices"]
+        if (d["kind"] in c.get("kinds_not_modelled", {})) is not modelled
     ]
 
 
@@ -82,7 +84,9 @@ def _render(capture_name: str, release: str) -> RenderedNode:
     profile = parse_profile(capture["equivalent_profile"], source=f"{capture_name}: equivalent_profile")
     pin = SchemaPin(schema=schema.value, release=RELEASES[schema.value](release))
     profile = replace(profile, releases=profile.releases.pinned(pin))
-    return render_node(resolve_inventory(profile, node_name=NODE), schemas=[schema])
+    # Interface addresses are live facts the plugin reads over netlink; the capture states the ones its node had.
+    addresses = capture.get("equivalent_addresses") or None
+    return render_node(resolve_inventory(profile, node_name=NODE), schemas=[schema], addresses=addresses)
 
 
 def _entry(case: Case) -> dict[str, Any]:
@@ -121,7 +125,14 @@ def _text(attribute: DeviceAttribute) -> str:
 
 
 KIND_CASES: Final = _kind_cases()
+UNMODELLED_CASES: Final = _kind_cases(modelled=False)
 NODE_CASES: Final = _node_cases()
+
+
+@pytest.mark.parametrize("case", UNMODELLED_CASES, ids=[c.id for c in UNMODELLED_CASES])
+def test_a_kind_fakedev_cannot_model_yet_is_not_rendered(case: Case) -> None:
+    """A known gap (the capture says why): the day fakedev renders the kind, the capture must be compared in full."""
+    assert _devices(case) == [], f"{case.id}: fakedev renders {case.kind} now; drop it from kinds_not_modelled"
 
 
 @pytest.mark.parametrize("case", KIND_CASES, ids=[c.id for c in KIND_CASES])
@@ -263,6 +274,8 @@ def test_a_capture_file_is_consistent(capture: dict[str, Any]) -> None:
     assert capture["source"]["repository"] and capture["source"]["location"] and capture["certainty"]
     kinds = [PublishedKind(d["kind"]) for d in capture["devices"]]
     assert len(kinds) == len(set(kinds)), "one entry per kind"
+    gaps = capture.get("kinds_not_modelled", {})
+    assert set(gaps) <= {k.value for k in kinds} and all(gaps.values()), "each gap is a captured kind, with a reason"
     for device in capture["devices"]:
         for name, spec in device.get("attributes", {}).items():
             assert spec["type"] in VALUE_TYPES, name
