@@ -96,6 +96,9 @@ class ClaimState:
     """The node's NICs by device name: an unrecorded claim's unprepare resets those carrying its MAC."""
     crash: CrashSwitch = field(default_factory=CrashSwitch)
     """Unarmed unless the torture tool asked for a crash point (``FAKEDEV_CRASH_AT``)."""
+    writes_device_status: bool = True
+    """Whether prepare writes ``status.devices`` (no NVIDIA release does; unprepare still clears ours, which an
+    older fakedev may have written)."""
     claims: dict[str, ClaimRecord] = field(default_factory=dict)
 
     @property
@@ -208,7 +211,7 @@ class ClaimState:
             self._write_status,
             api=self.api,
             ref=ref,
-            devices=list(plan.status_devices),
+            devices=list(plan.status_devices) if self.writes_device_status else None,
             points=(CrashPoint.PREPARE_BEFORE_STATUS, CrashPoint.PREPARE_AFTER_STATUS),
         )
         try:
@@ -224,11 +227,18 @@ class ClaimState:
         return plan.prepared
 
     def _write_status(
-        self, *, api: DriverApi, ref: ClaimRef, devices: list[dict[str, Any]], points: tuple[CrashPoint, CrashPoint]
+        self,
+        *,
+        api: DriverApi,
+        ref: ClaimRef,
+        devices: list[dict[str, Any]] | None,
+        points: tuple[CrashPoint, CrashPoint],
     ) -> None:
+        """Apply our ``status.devices`` entries (``[]`` clears them; None: this driver writes none, so no call)."""
         before, after = points
         self.crash.reached(before)
-        api.apply_claim_status(namespace=ref.namespace, name=ref.name, uid=ref.uid, devices=devices)
+        if devices is not None:
+            api.apply_claim_status(namespace=ref.namespace, name=ref.name, uid=ref.uid, devices=devices)
         self.crash.reached(after)
 
     def _published(self, pool: str, device: str, *, request: str) -> PublishedDevice:

@@ -217,6 +217,8 @@ class PluginApp:
             nic_netns=s.nic_netns,
             node_nics=_node_nics(devices) if schema == Schema.DRANET else {},
             crash=CrashSwitch(armed=s.crash_at),
+            # No release of the NVIDIA driver writes ResourceClaim status (docs/research/nvidia-releases.md).
+            writes_device_status=schema != Schema.NVIDIA,
         )
         faults = Faults()
         core = SerializedDriver(state=state, lock_path=paths.serialize_lock, faults=faults)

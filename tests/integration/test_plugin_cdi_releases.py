@@ -13,6 +13,7 @@ import yaml
 import cdi
 from harness.node.dra_client import DraConnection
 from kubeclient import KubeClient
+from kubeclient.resources import RESOURCE_CLAIMS
 from kubeletapi import DRA_V1_VERSION
 from kubeletapi.types import ClaimRef, PrepareResult
 from tests.helpers import allocated_claim, claim_body, claim_ref, nvidia_release_profile
@@ -103,6 +104,9 @@ def test_a_claim_gets_its_own_yaml_spec_and_claim_ids(
     assert [d["name"] for d in doc["devices"]] == [f"{ref.uid}-{device.device}"]
     assert doc["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=void"]
     _resolve_all(plugin, result)
+    # No NVIDIA release writes ResourceClaim status: the prepared claim has its allocation and nothing else.
+    stored = kube.get(RESOURCE_CLAIMS, ref.name, namespace=ref.namespace)
+    assert stored["status"]["allocation"] and "devices" not in stored["status"]
     assert asyncio.run(_call(plugin, ref, prepare=False)) == ""
     assert _spec_files(plugin) == []
 

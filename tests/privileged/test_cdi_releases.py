@@ -83,4 +83,6 @@ def test_every_conformance_check_passes_against_the_nvidia_plugin(
     driver = template_driver(plugin_command(profile=str(profile)))
     with conformance_context(client=local_cluster.client, kubeconfig=local_cluster.kubeconfig, driver=driver) as ctx:
         results = run_checks(ctx, select(only=()), progress=lambda _: None)
-    assert {r.id: r.outcome for r in results} == {c.id: "passed" for c in CATALOG}, [r.message for r in results]
+    # Every check passes, but the recommended status.devices one: no NVIDIA release writes claim status.
+    expected = {c.id: "passed" for c in CATALOG} | {"status.devices": "skipped"}
+    assert {r.id: r.outcome for r in results} == expected, [r.message for r in results]

@@ -137,12 +137,21 @@ PLANTED = {
         Rule.STATUS,
         "status.devices lists [], the checkpoint [('node', 'gpu-0')]",
     ),
+    "status-from-a-driver-that-writes-none": (
+        dataclasses.replace(CONSISTENT, writes_status=False),
+        Rule.STATUS,
+        "status.devices lists [('node', 'gpu-0')], the checkpoint []",
+    ),
     "corrupt-checkpoint": (
         dataclasses.replace(CONSISTENT, checkpoint=None, checkpoint_error="checksum mismatch"),
         Rule.CHECKPOINT,
         "checksum mismatch",
     ),
 }
+
+
+def test_a_driver_that_writes_no_status_is_consistent_without_it() -> None:
+    assert _rules(dataclasses.replace(CONSISTENT, writes_status=False, status={HELD_UID: frozenset()})) == []
 
 
 @pytest.mark.parametrize(("snapshot", "rule", "detail"), PLANTED.values(), ids=PLANTED.keys())

@@ -3,7 +3,8 @@
 - every held claim has its checkpoint record (answering what the client was told), its CDI specs and every metadata
   file those specs mount; a released claim has none of these, and nothing on the node belongs to no claim;
 - no temp file of an interrupted write survives a restart (nor the end of a run);
-- ``status.devices`` of a current claim lists exactly the devices its checkpoint record has (none once released);
+- ``status.devices`` of a current claim lists exactly the devices its checkpoint record has (none once released,
+  none ever for a driver that writes no status, as NVIDIA's);
 - a NIC not held by a claim is as the hardware has it (on the node, hardware MAC and MTU, no address), and a held
   one carries the configuration its record names;
 - after the last unprepare the CDI directory, the metadata root and the checkpoint hold no claim at all.
@@ -72,6 +73,8 @@ class NodeSnapshot:
     status: Mapping[str, frozenset[tuple[str, str]]] | None = None
     """Current claims by UID → the (pool, device) entries this driver has in their ``status.devices``; None: not
     read."""
+    writes_status: bool = True
+    """False: the driver writes no ``status.devices`` (NVIDIA), so every claim's entries must stay empty."""
     nics: Mapping[str, NicState] | None = None
     """By node-side interface name; None: no NICs in this run."""
 
@@ -134,7 +137,9 @@ def compute_status_violations(snapshot: NodeSnapshot, claims: Sequence[ClaimBeli
         if not claim.current or claim.belief.in_doubt or claim.uid not in snapshot.status:
             continue
         record = snapshot.checkpoint.get(claim.uid)
-        want = frozenset((d["pool"], d["device"]) for d in record["devices"]) if record is not None else frozenset()
+        want: frozenset[tuple[str, str]] = frozenset()
+        if record is not None and snapshot.writes_status:
+            want = frozenset((d["pool"], d["device"]) for d in record["devices"])
         got = snapshot.status[claim.uid]
         if got != want:
             out.append(

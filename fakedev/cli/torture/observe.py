@@ -27,6 +27,8 @@ class NodeFiles:
     cdi_dir: Path
     metadata_root: Path
     checkpoint: Path
+    writes_status: bool = True
+    """Whether the driver writes ``status.devices`` (no NVIDIA release does)."""
 
 
 def read_snapshot(
@@ -57,6 +59,7 @@ def read_snapshot(
         checkpoint=checkpoint,
         checkpoint_error=error,
         status=read_status(kube, namespace=namespace, driver=files.driver) if kube is not None else None,
+        writes_status=files.writes_status,
         nics=read_nics(nic_netns) if nic_netns is not None else None,
     )
 

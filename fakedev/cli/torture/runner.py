@@ -98,6 +98,7 @@ class Site:
             cdi_dir=self.context.cdi_dir,
             metadata_root=plugin_dir / metadata.METADATA_DIR_NAME,
             checkpoint=plugin_dir / "checkpoint.json",
+            writes_status=self.schema != Schema.NVIDIA,
         )
 
     @property
@@ -266,6 +267,14 @@ def _pod_body(*, name: str, node: str, claim: str) -> JsonObj:
             "containers": [{"name": "c", "image": "busybox", "resources": {"claims": [{"name": "dev"}]}}],
         },
     }
+
+
+def _pool_complete(slices: list[JsonObj]) -> bool:
+    """Every slice of the pool is there (a pool with shared counters writes them in a slice of their own first)."""
+    if not slices:
+        return False
+    counts = {(s["spec"]["pool"]["generation"], s["spec"]["pool"]["resourceSliceCount"]) for s in slices}
+    return len(counts) == 1 and len(slices) == next(iter(counts))[1]
 
 
 @dataclass(kw_only=True)
@@ -554,9 +563,9 @@ class Torture:
             site.kube,
             RESOURCE_SLICES,
             field_selector=f"spec.nodeName={site.node},spec.driver={site.driver}",
-            predicate=bool,
+            predicate=_pool_complete,
             timeout=REGISTER_SECONDS,
-            what=f"slices of {site.driver} on {site.node}",
+            what=f"every slice of {site.driver}'s pool on {site.node}",
         )
         available = sum(
             1 for piece in slices for d in piece["spec"].get("devices") or [] if not _is_ipoib(d, driver=site.driver)
