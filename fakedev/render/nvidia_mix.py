@@ -73,6 +73,19 @@ def mix_problems(inventory: NodeInventory, *, release: NvidiaRelease) -> list[st
             f"exclude each other), but {_where(dynamic[0])} is dynamic and the profile has passthrough GPUs: put "
             "them on separate nodes"
         )
+    if inventory.passthrough_gpus and release is not NvidiaRelease.V25_12_0:
+        # With PassthroughSupport on, v0.4.1 and later also publish a vfio device beside every GPU the host driver
+        # owns that has no MIG devices (the scheduler picks one of the two). fakedev models only GPUs already bound
+        # to vfio-pci, so it refuses the node rather than publish fewer devices than the release would.
+        with_mig = {m.parent.minor for m in inventory.mig_devices}
+        for gpu in own:
+            if gpu.minor not in with_mig:
+                problems.append(
+                    f"{pin} publishes a vfio device beside every GPU without MIG devices once passthrough is on "
+                    f"(PassthroughSupport), which fakedev does not model, but {_where(gpu)} has none next to the "
+                    "passthrough GPUs: make it `passthrough: true` too, give it pre-created MIG instances, or put it "
+                    "on a node without passthrough GPUs"
+                )
     if dynamic and static:
         problems.append(
             f"{pin} cannot publish pre-created and dynamic MIG devices on one node (under DynamicMIG no static MIG "

@@ -96,8 +96,18 @@ NVIDIA_REFERENCE_NODES: Final[Mapping[NvidiaRelease, tuple[frozenset[PublishedKi
     # dynamic MIG is a node-wide gate that excludes passthrough (vfio), so it gets a node of its own.
     NvidiaRelease.V25_8_1: (frozenset({PublishedKind.GPU, PublishedKind.MIG}),),
     NvidiaRelease.V25_12_0: (frozenset({PublishedKind.GPU, PublishedKind.MIG, PublishedKind.VFIO}), _DYNAMIC_MIG),
-    NvidiaRelease.V0_4_1: (frozenset({PublishedKind.GPU, PublishedKind.MIG, PublishedKind.VFIO}), _DYNAMIC_MIG),
-    NvidiaRelease.MAIN: (frozenset({PublishedKind.GPU, PublishedKind.MIG, PublishedKind.VFIO}), _DYNAMIC_MIG),
+    # From v0.4.1 passthrough also gives every GPU without MIG devices a vfio sibling, which fakedev does not model
+    # (render/nvidia_mix.py refuses such a node): vfio goes on a node beside pre-created MIG only.
+    NvidiaRelease.V0_4_1: (
+        frozenset({PublishedKind.GPU, PublishedKind.MIG}),
+        frozenset({PublishedKind.MIG, PublishedKind.VFIO}),
+        _DYNAMIC_MIG,
+    ),
+    NvidiaRelease.MAIN: (
+        frozenset({PublishedKind.GPU, PublishedKind.MIG}),
+        frozenset({PublishedKind.MIG, PublishedKind.VFIO}),
+        _DYNAMIC_MIG,
+    ),
 }
 """The device kinds of each release, grouped into the nodes that may carry them together."""
 

@@ -1,9 +1,11 @@
 """Each NVIDIA driver release's own DeviceClasses, on a node rendered at that release, through the real kube-scheduler:
 the gpu, mig and vfio classes allocate exactly the devices of their type.
 
-One emulated node per release with what every release can publish (a full GPU, a GPU with pre-created MIG instances)
-and, from v25.12.0, a GPU bound to vfio-pci. Each class gets one claim for all of its devices (allocationMode All),
-the claims side by side; no kubelet runs, so a claim's ``status.allocation`` is the observable result. The classes
+Per release, emulated nodes with what every release can publish (a full GPU, a GPU with pre-created MIG instances)
+and, from v25.12.0, a GPU bound to vfio-pci — on a node of its own from v0.4.1, which would also give the full GPU a
+vfio sibling fakedev does not model. Each class gets one claim for all of its devices (allocationMode All), pinned
+to the node that has them, the claims side by side; no kubelet runs, so a claim's ``status.allocation`` is the
+observable result. The classes
 are created under test-unique names with the release's spec unchanged: the selectors decide, not the names.
 """
 
@@ -34,66 +36,83 @@ KINDS = {"gpu": GpuDevice, "mig": MigDevice, "vfio": PassthroughGpu}
 CLASS_TYPES = {"gpu.nvidia.com": "gpu", "mig.nvidia.com": "mig", "vfio.gpu.nvidia.com": "vfio"}
 
 
-def _profile(release: NvidiaRelease) -> str:
-    # v25.8.1 publishes no vfio devices; the later releases do next to full GPUs and pre-created MIG (not next to
-    # dynamic MIG, whose feature gate excludes passthrough): docs/research/nvidia-releases.md 1.1, 2.1, 3.1.
-    vfio = (
-        '\n  - {product: h100-sxm5-80gb, root: "pci0000:70", address: "0000:73:00.0", passthrough: true}'
-        if at_least(release, NvidiaRelease.V25_12_0)
-        else ""
-    )
-    return f"""
-name: classes-{release.value.replace(".", "-")}
-releases: {{nvidia: {release.value}}}
-pcieRoots: [{{name: "pci0000:50"}}, {{name: "pci0000:60"}}, {{name: "pci0000:70"}}]
-gpus:
-  - {{product: h100-sxm5-80gb, root: "pci0000:50", address: "0000:53:00.0", mig: {{mode: disabled}}}}
+_FULL_AND_MIG = """
+  - {product: h100-sxm5-80gb, root: "pci0000:50", address: "0000:53:00.0", mig: {mode: disabled}}
   - product: h100-sxm5-80gb
     root: "pci0000:60"
     address: "0000:63:00.0"
-    mig: {{mode: static, instances: [{{profile: 3g.40gb, start: 0}}, {{profile: 1g.10gb, start: 4}}]}}{vfio}
+    mig: {mode: static, instances: [{profile: 3g.40gb, start: 0}, {profile: 1g.10gb, start: 4}]}"""
+_VFIO = """
+  - {product: h100-sxm5-80gb, root: "pci0000:70", address: "0000:73:00.0", passthrough: true}"""
+
+
+def _profiles(release: NvidiaRelease) -> list[str]:
+    """The GPUs of each node: v25.8.1 publishes no vfio devices; v25.12.0 publishes them next to full GPUs; from
+    v0.4.1 a vfio GPU's node has no GPU without MIG devices (docs/research/nvidia-releases.md 1.1, 2.1, 3.1)."""
+    if not at_least(release, NvidiaRelease.V25_12_0):
+        return [_FULL_AND_MIG]
+    if release is NvidiaRelease.V25_12_0:
+        return [_FULL_AND_MIG + _VFIO]
+    return [_FULL_AND_MIG, _VFIO]
+
+
+def _profile(release: NvidiaRelease, *, index: int, gpus: str) -> str:
+    return f"""
+name: classes-{release.value.replace(".", "-")}-{index}
+releases: {{nvidia: {release.value}}}
+pcieRoots: [{{name: "pci0000:50"}}, {{name: "pci0000:60"}}, {{name: "pci0000:70"}}]
+gpus:{gpus}
 """
 
 
 @dataclass(frozen=True, kw_only=True)
-class ReleaseNode:
-    name: str
+class ReleaseNodes:
     release: NvidiaRelease
-    rendered: RenderedNode
+    rendered: dict[str, RenderedNode]
+    """By node name."""
 
-    def types(self) -> dict[str, set[str]]:
-        """The node's published device names by their ``type`` attribute."""
-        out: dict[str, set[str]] = {}
-        for ref, device in self.rendered.devices.items():
-            if ref.driver == NVIDIA_DRIVER:
-                out.setdefault(device.attributes["type"]["string"], set()).add(ref.device)
+    def types(self) -> dict[str, tuple[str, set[str]]]:
+        """Each published ``type``: the node that has its devices, and their names (one node per type here)."""
+        out: dict[str, tuple[str, set[str]]] = {}
+        for node, rendered in self.rendered.items():
+            for ref, device in rendered.devices.items():
+                if ref.driver == NVIDIA_DRIVER:
+                    owner, names = out.setdefault(device.attributes["type"]["string"], (node, set()))
+                    assert owner == node, "a type on two nodes"
+                    names.add(ref.device)
         return out
 
 
 @pytest.fixture(params=list(NvidiaRelease), ids=[r.value for r in NvidiaRelease])
-def release_node(
+def release_nodes(
     request: pytest.FixtureRequest, kube: KubeClient, node_heartbeats: NodeHeartbeats, unique_name: str
-) -> Iterator[ReleaseNode]:
+) -> Iterator[ReleaseNodes]:
     release: NvidiaRelease = request.param
-    profile = parse_profile(_profile(release), source=f"classes-{release.value}.yaml")
-    node = register_node(kube, name=unique_name)
-    node_heartbeats.add(unique_name)
-    owner: OwnerReference = {"apiVersion": "v1", "kind": "Node", "name": unique_name, "uid": node["metadata"]["uid"]}
-    rendered = render_node(resolve_inventory(profile, node_name=unique_name), schemas=[Schema.NVIDIA], owner=owner)
+    rendered: dict[str, RenderedNode] = {}
     try:
-        for resource_slice in rendered.slices:
-            kube.create(RESOURCE_SLICES, dict(resource_slice))
-        yield ReleaseNode(name=unique_name, release=release, rendered=rendered)
+        for index, gpus in enumerate(_profiles(release)):
+            name = f"{unique_name}-{index}"
+            profile = parse_profile(_profile(release, index=index, gpus=gpus), source=f"{name}.yaml")
+            node = register_node(kube, name=name)
+            node_heartbeats.add(name)
+            owner: OwnerReference = {"apiVersion": "v1", "kind": "Node", "name": name, "uid": node["metadata"]["uid"]}
+            rendered[name] = render_node(
+                resolve_inventory(profile, node_name=name), schemas=[Schema.NVIDIA], owner=owner
+            )
+            for resource_slice in rendered[name].slices:
+                kube.create(RESOURCE_SLICES, dict(resource_slice))
+        yield ReleaseNodes(release=release, rendered=rendered)
     finally:
-        node_heartbeats.discard(unique_name)
-        delete_node(kube, name=unique_name)
+        for name in rendered:
+            node_heartbeats.discard(name)
+            delete_node(kube, name=name)
 
 
 @pytest.fixture
-def release_classes(release_node: ReleaseNode, kube: KubeClient, unique_name: str) -> Iterator[dict[str, str]]:
+def release_classes(release_nodes: ReleaseNodes, kube: KubeClient, unique_name: str) -> Iterator[dict[str, str]]:
     """The release chart's GPU-driver classes, created under test-unique names: release name → created name."""
     classes = render_device_classes(
-        schema=Schema.NVIDIA, releases=DriverReleases(nvidia=release_node.release), origins=[ClassOrigin.CHART]
+        schema=Schema.NVIDIA, releases=DriverReleases(nvidia=release_nodes.release), origins=[ClassOrigin.CHART]
     )
     created: dict[str, str] = {}
     try:
@@ -135,13 +154,13 @@ def _allocation(kube: KubeClient, *, namespace: str, name: str) -> list[JsonObj]
 
 
 def test_release_classes_allocate_exactly_their_type(
-    release_node: ReleaseNode, release_classes: dict[str, str], kube: KubeClient, test_namespace: str
+    release_nodes: ReleaseNodes, release_classes: dict[str, str], kube: KubeClient, test_namespace: str
 ) -> None:
     expected = {"gpu.nvidia.com", "mig.nvidia.com"}
-    if at_least(release_node.release, NvidiaRelease.V25_12_0):
+    if at_least(release_nodes.release, NvidiaRelease.V25_12_0):
         expected.add("vfio.gpu.nvidia.com")
     assert set(release_classes) == expected  # v25.8.1's chart has no vfio class
-    published = release_node.types()
+    published = release_nodes.types()
     assert set(published) == {CLASS_TYPES[c] for c in expected}
     claims = {c: CLASS_TYPES[c] for c in expected}
     for release_name, device_type in claims.items():
@@ -149,14 +168,15 @@ def test_release_classes_allocate_exactly_their_type(
             kube,
             namespace=test_namespace,
             name=device_type,
-            node=release_node.name,
+            node=published[device_type][0],
             device_class=release_classes[release_name],
         )
     for device_type in claims.values():
+        node, names = published[device_type]
         results = _allocation(kube, namespace=test_namespace, name=device_type)
-        assert {r["device"] for r in results} == published[device_type]
+        assert {r["device"] for r in results} == names
         for result in results:
-            assert result["driver"] == NVIDIA_DRIVER and result["pool"] == release_node.name
-            device = release_node.rendered.device(driver=NVIDIA_DRIVER, pool=result["pool"], name=result["device"])
+            assert result["driver"] == NVIDIA_DRIVER and result["pool"] == node
+            device = release_nodes.rendered[node].device(driver=NVIDIA_DRIVER, pool=node, name=result["device"])
             assert device.attributes["type"] == {"string": device_type}
             assert isinstance(device.model, KINDS[device_type]), result

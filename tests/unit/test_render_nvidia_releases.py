@@ -296,8 +296,21 @@ def test_vfio_values_are_pci_facts() -> None:
 
 
 def test_vfio_publishes_next_to_a_full_gpu_in_one_slice() -> None:
-    node = _render(f"{PLAIN_H100}\n{VFIO_H100}", release=NvidiaRelease.V0_4_1)
+    node = _render(f"{PLAIN_H100}\n{VFIO_H100}", release=NvidiaRelease.V25_12_0)
     assert [sorted(d["name"] for d in s["spec"]["devices"]) for s in node.slices] == [["gpu-0", "gpu-vfio-0"]]
+
+
+STATIC_H100 = """  - product: h100-sxm5-80gb
+    root: "pci0000:50"
+    address: "0000:53:00.0"
+    mig: {mode: static, instances: [{profile: 3g.40gb, start: 0}]}"""
+
+
+@pytest.mark.parametrize("release", [NvidiaRelease.V0_4_1, NvidiaRelease.MAIN], ids=["v0.4.1", "main"])
+def test_vfio_publishes_next_to_a_gpu_with_mig_devices(release: NvidiaRelease) -> None:
+    """A GPU with MIG devices gets no vfio sibling in the real driver, so the node is as the release has it."""
+    node = _render(f"{STATIC_H100}\n{VFIO_H100}", release=release)
+    assert sorted(ref.device for ref in node.devices) == ["gpu-0-mig-3g40gb-9-0", "gpu-vfio-0"]
 
 
 # -- refusals ------------------------------------------------------------------------------------------------------
@@ -310,6 +323,8 @@ def test_vfio_publishes_next_to_a_full_gpu_in_one_slice() -> None:
         (VFIO_H100, NvidiaRelease.V25_8_1, "nvidia@v25.8.1 publishes no vfio devices"),
         (f"{DYNAMIC_H100}\n{VFIO_H100}", NvidiaRelease.V0_4_1, "vfio devices next to dynamic MIG"),
         (f"{DYNAMIC_H100}\n{VFIO_H100}", NvidiaRelease.MAIN, "DynamicMIG and PassthroughSupport"),
+        (f"{PLAIN_H100}\n{VFIO_H100}", NvidiaRelease.V0_4_1, "beside every GPU without MIG devices"),
+        (f"{PLAIN_H100}\n{VFIO_H100}", NvidiaRelease.MAIN, "make it `passthrough: true` too"),
         (f"{DYNAMIC_H100}\n{STATIC_A100}", NvidiaRelease.V25_12_0, "pre-created and dynamic MIG devices"),
         (f"{DYNAMIC_H100}\n{STATIC_A100}", NvidiaRelease.V0_4_1, "pre-created and dynamic MIG devices"),
         (f"{DYNAMIC_H100}\n{PLAIN_A100}", NvidiaRelease.V25_12_0, "has MIG disabled next to dynamic GPUs"),
@@ -324,6 +339,8 @@ def test_vfio_publishes_next_to_a_full_gpu_in_one_slice() -> None:
         "vfio-on-v25.8.1",
         "vfio-with-dynamic-v0.4.1",
         "vfio-with-dynamic-main",
+        "plain-gpu-with-vfio-v0.4.1",
+        "plain-gpu-with-vfio-main",
         "static-and-dynamic-v25.12.0",
         "static-and-dynamic-v0.4.1",
         "disabled-next-to-dynamic-v25.12.0",
