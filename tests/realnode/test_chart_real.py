@@ -137,6 +137,14 @@ def _allocated_device(kube: KubeClient, *, namespace: str, pod_uid: str) -> tupl
     raise AssertionError(f"no claim reserved for pod {pod_uid}")
 
 
+def _registered(real_node: RealNode, *, driver: str) -> bool:
+    """The kubelet logged a connected registration of ``driver`` (one log line names both)."""
+    return any(
+        f'driverName="{driver}"' in line and "connected=true" in line
+        for line in real_node.log_text("kubelet").splitlines()
+    )
+
+
 def _device_taints(kube: KubeClient, *, node: str, device: str) -> list[JsonObj]:
     return [
         taint
@@ -159,10 +167,7 @@ def test_the_chart_installs_serves_faults_upgrades_and_uninstalls_on_a_real_kube
             lambda: _running_plugin_pod(kube) != "", timeout=180, what="the DaemonSet's plugin pod Running and ready"
         )
         wait_for(
-            lambda: (
-                f'driverName="{EXAMPLE}"' in real_node.log_text("kubelet")
-                and "connected=true" in real_node.log_text("kubelet")
-            ),
+            lambda: _registered(real_node, driver=EXAMPLE),
             timeout=60,
             what=f"the kubelet to log the registration of {EXAMPLE}",
         )
@@ -242,6 +247,13 @@ def test_the_chart_installs_serves_faults_upgrades_and_uninstalls_on_a_real_kube
             lambda: wanted <= _device_names(kube, node=node, driver=NVIDIA),
             timeout=90,
             what="the dgx-h100 profile's slices",
+        )
+        # Only a driver the kubelet registered has its slices removed by the kubelet once the plugin is gone: an
+        # uninstall right after the slices appear could beat the registration and leave them for good.
+        wait_for(
+            lambda: _registered(real_node, driver=NVIDIA),
+            timeout=60,
+            what=f"the kubelet to log the registration of {NVIDIA}",
         )
 
         # -- uninstall: no slices, sockets, CDI files or plugin processes stay on the node ----------------------------
