@@ -6,6 +6,8 @@ import argparse
 import os
 from pathlib import Path
 
+from fakedev.errors import ProfileError
+from fakedev.render import Schema, SchemaPin, parse_schema
 from harness.cluster import daemon
 from harness.errors import ClusterStateError
 
@@ -19,6 +21,14 @@ def positive_count(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def schema_pin(text: str) -> tuple[Schema, SchemaPin]:
+    """An ``argparse`` type: ``SCHEMA[@RELEASE]`` (``nvidia``, ``nvidia@v25.12.0``); unknown names list the known."""
+    try:
+        return parse_schema(text)
+    except ProfileError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def kubeconfig_path(explicit: Path | None, *, command: str) -> Path:

@@ -12,14 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from fakedev import logs
+from fakedev.cli.args import schema_pin
 from fakedev.driver.crash import crash_at_from_env
-from fakedev.errors import CrashPointError, ProfileError
+from fakedev.errors import CrashPointError
 from fakedev.model.inventory import resolve_inventory
 from fakedev.plugin.app import DEFAULT_CDI_DIR, DEFAULT_KUBELET_ROOT, PluginSettings, run_plugin
 from fakedev.plugin.nodeprofile import profile_from_node
 from fakedev.plugin.tuning import tune_for_serving
 from fakedev.profiles import load_profile
-from fakedev.render import Schema, SchemaPin, default_schemas, parse_schema, schema_choices
+from fakedev.render import Schema, default_schemas, schema_choices
 from kubeclient import Credentials, KubeClient, credentials_from_kubeconfig, credentials_in_cluster
 
 log = logging.getLogger("fakedev.plugin")
@@ -68,7 +69,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--schema",
-        type=_schema_arg,
+        type=schema_pin,
         default=None,
         metavar="SCHEMA[@RELEASE]",
         help="which driver's schema to serve when the profile has several, optionally pinned to a release of the "
@@ -167,13 +168,6 @@ def _check_arguments(args: argparse.Namespace) -> None:
         raise SystemExit("fakedev plugin: --profile-from-node-label reads the Node, which --no-api rules out")
     if args.if_schema_absent == AbsentSchema.IDLE and args.schema is None:
         raise SystemExit("fakedev plugin: --if-schema-absent idle needs --schema (which schema may be absent)")
-
-
-def _schema_arg(text: str) -> tuple[Schema, SchemaPin]:
-    try:
-        return parse_schema(text)
-    except ProfileError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def _choose_profile(args: argparse.Namespace, credentials: Credentials | None) -> str:

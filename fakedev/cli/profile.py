@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from fakedev.errors import ProfileError
+from fakedev.cli.args import schema_pin
 from fakedev.model.inventory import (
     ExampleGpu,
     GpuDevice,
@@ -24,7 +24,7 @@ from fakedev.model.inventory import (
     resolve_inventory,
 )
 from fakedev.profiles import builtin_profile_names, load_profile
-from fakedev.render import PublishedDevice, Schema, SchemaPin, parse_schema, render_node, schema_choices
+from fakedev.render import PublishedDevice, render_node, schema_choices
 from fakedev.render.release_table import (
     BEGIN_MARKER,
     END_MARKER,
@@ -64,7 +64,7 @@ def add_parser(sub: Any) -> None:
     r.add_argument(
         "--schema",
         action="append",
-        type=_schema_arg,
+        type=schema_pin,
         default=None,
         metavar="SCHEMA[@RELEASE]",
         help="nvidia (gpu.nvidia.com), dranet (dra.net) or example (gpu.example.com), optionally pinned to a "
@@ -139,13 +139,6 @@ def _row(device: PublishedDevice) -> tuple[str, ...]:
     elif isinstance(model, ExampleGpu):
         kind, product, memory = "example-gpu", model.model, model.memory
     return (device.ref.device, device.ref.driver, kind, product, bdf, numa.replace("None", "-"), root, memory)
-
-
-def _schema_arg(text: str) -> tuple[Schema, SchemaPin]:
-    try:
-        return parse_schema(text)
-    except ProfileError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def _show(args: argparse.Namespace) -> int:
