@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Final
 
 from harness import procs
-from harness.realnode.node import remove_kubepods_cgroups
-from harness.runtime.netns import clean_run_netns, delete_netns, list_netns, netns_path
+from harness.realnode.node import remove_bridge, remove_kubepods_cgroups
+from harness.realnode.podnetwork import bridge_name, run_of_bridge
+from harness.runtime.netns import clean_run_netns, delete_netns, list_netns, netlink, netns_path
 from harness.runtime.runc import clean_runc_root
 
 ORPHAN_AGE_SECONDS: Final = 600.0
@@ -33,6 +34,7 @@ def _real_nodes(run_id: str, path: Path) -> None:
     if "-realnode-" in path.name:
         shutil.rmtree(f"/tmp/fd-shim-{run_id}", ignore_errors=True)
         remove_kubepods_cgroups()
+        remove_bridge(bridge_name(run_id))
 
 
 CLEANERS: tuple[procs.Cleaner, ...] = (_containers, _namespaces, _real_nodes)
@@ -83,8 +85,26 @@ def reap_orphan_namespaces(*, base: Path | None = None) -> list[str]:
     return removed
 
 
+def reap_orphan_bridges(*, base: Path | None = None) -> list[str]:
+    """Delete real nodes' pod-network bridges (``fdbr<id>``) whose run is gone; the CNI plugin makes a bridge only
+    once the first pod starts, long after its run directory exists, so no age check is needed."""
+    bases = list(dict.fromkeys([base or procs.default_run_base(), procs.default_run_base()]))
+    with netlink(None) as ip:
+        names = [str(link.get_attr("IFLA_IFNAME")) for link in ip.get_links()]
+    removed = []
+    for name in names:
+        run_id = run_of_bridge(name)
+        if run_id is None or _run_alive(run_id, bases=bases):
+            continue
+        if remove_bridge(name):
+            removed.append(name)
+    return removed
+
+
 def reap_all(*, base: Path | None = None) -> list[str]:
-    """Reap every dead run under ``base`` with every cleaner, then orphaned namespaces; returns the reaped run ids."""
+    """Reap every dead run under ``base`` with every cleaner, then orphaned namespaces and bridges; returns the
+    reaped run ids."""
     reaped = procs.reap(base=base, cleaners=CLEANERS)
     reap_orphan_namespaces(base=base)
+    reap_orphan_bridges(base=base)
     return reaped

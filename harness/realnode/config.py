@@ -15,7 +15,6 @@ from typing import Any, Final
 
 import yaml
 
-RUNC: Final = Path("/usr/sbin/runc")
 SHIM_SOCKET_DIR_MAX: Final = 42
 """containerd refuses a shim socket directory longer than this (the socket name is appended, sun_path is 108)."""
 
@@ -50,6 +49,27 @@ class NodeLayout:
     @property
     def cdi_dir(self) -> Path:
         return self.root / "cdi"
+
+    @property
+    def runc_wrapper(self) -> Path:
+        return self.root / "containerd" / "runc-wrapper"
+
+    @property
+    def netdevice_records(self) -> Path:
+        """Specs of containers that moved interfaces in (see runc_wrapper and cni_netdevices)."""
+        return self.root / "netdevices"
+
+    @property
+    def cni_bin(self) -> Path:
+        return self.root / "cni" / "bin"
+
+    @property
+    def cni_conf(self) -> Path:
+        return self.root / "cni" / "net.d"
+
+    @property
+    def cni_ipam(self) -> Path:
+        return self.root / "cni" / "ipam"
 
     @property
     def kubelet_root(self) -> Path:
@@ -123,18 +143,21 @@ def render_containerd_config(*, layout: NodeLayout, sandbox_image: str, cdi_dirs
         "[plugins.'io.containerd.cri.v1.runtime']",
         # These machines' processes lack CAP_SYS_RESOURCE: a negative oom_score_adj (sandboxes get -998) fails.
         "  restrict_oom_score_adj = true",
+        # Pod namespaces are pinned under containerd's state dir, not in the host's /var/run/netns.
+        "  netns_mounts_under_state_dir = true",
         "  cdi_spec_dirs = [" + ", ".join(q(str(d)) for d in cdi_dirs) + "]",
         "[plugins.'io.containerd.cri.v1.runtime'.containerd]",
         "  default_runtime_name = 'runc'",
         "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]",
         "  runtime_type = 'io.containerd.runc.v2'",
         "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]",
-        f"  BinaryName = {q(str(RUNC))}",
+        f"  BinaryName = {q(str(layout.runc_wrapper))}",
         f"  Root = {q(str(layout.runc_root))}",
         "  SystemdCgroup = false",
         "[plugins.'io.containerd.cri.v1.runtime'.cni]",
-        f"  bin_dirs = [{q(str(layout.root / 'cni' / 'bin'))}]",
-        f"  conf_dir = {q(str(layout.root / 'cni' / 'net.d'))}",
+        f"  bin_dirs = [{q(str(layout.cni_bin))}]",
+        f"  conf_dir = {q(str(layout.cni_conf))}",
+        "  max_conf_num = 1",
         "[plugins.'io.containerd.grpc.v1.cri']",
         "  stream_server_address = '127.0.0.1'",
         "  stream_server_port = '0'",

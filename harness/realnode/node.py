@@ -25,20 +25,35 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+import harness
 from harness.cluster.build import NODE_GROUPS, BinarySet, cached_binaries, default_cache_root
 from harness.cluster.config import render_kubeconfig
 from harness.cluster.nodes import delete_node
 from harness.cluster.pki import Authority, CertPair
 from harness.errors import ClusterStateError, ComponentError, NotReadyError
 from harness.procs import Process, RunDir, kill_run_processes, open_run_dir, start_process, wait_for
+from harness.realnode.cni_netdevices import render_launcher
 from harness.realnode.config import NodeLayout, render_containerd_config, render_kubelet_config
 from harness.realnode.hostlock import DEFAULT_LOCK, HostLock
 from harness.realnode.images import ImageTarball, ensure_images
+from harness.realnode.podnetwork import (
+    CONFLIST_NAME,
+    NETDEVICES_PLUGIN,
+    PLUGINS,
+    PodNetwork,
+    bridge_name,
+    pick_subnet,
+    render_conflist,
+    route_networks,
+)
+from harness.realnode.runc_wrapper import render_runc_wrapper
+from harness.runtime.netns import netlink, netns_path
 from kubeclient import KubeClient
 from kubeclient.errors import ApiError
 from kubeclient.resources import NODES
@@ -46,6 +61,8 @@ from kubeclient.resources import NODES
 log = logging.getLogger("harness.realnode")
 
 KERNEL_FLAGS: Final = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
+NETWORK_FLAGS: Final = ("net/ipv4/ip_forward",)
+"""Set by the CNI bridge plugin (a gateway bridge turns forwarding on); put back when the node stops."""
 CGROUP_ROOT: Final = Path("/sys/fs/cgroup")
 START_TIMEOUT: Final = 60.0
 KUBELET_PORTS: Final = (10250, 10248)
@@ -64,6 +81,9 @@ class RealNodeSettings:
     cache_root: Path
     base: Path | None = None
     extra_cdi_dirs: tuple[Path, ...] = ()
+    nic_netns: str | None = None
+    """The named network namespace the node's NICs live in (its DRA drivers' ``--netns``); runc moves claimed
+    interfaces from there into pods, and they go back there when the pod's namespace is torn down."""
     host_lock: Path = DEFAULT_LOCK
     lock_timeout: float = 0.0
     """How long to wait for another real node on this host to stop (0: fail at once, naming it)."""
@@ -97,8 +117,8 @@ def port_free(address: str, port: int) -> bool:
     return True
 
 
-def read_kernel_flags() -> dict[str, str]:
-    return {flag: (Path("/proc/sys") / flag).read_text().strip() for flag in KERNEL_FLAGS}
+def read_kernel_flags(flags: tuple[str, ...] = KERNEL_FLAGS) -> dict[str, str]:
+    return {flag: (Path("/proc/sys") / flag).read_text().strip() for flag in flags}
 
 
 def write_kernel_flags(values: dict[str, str]) -> None:
@@ -106,6 +126,27 @@ def write_kernel_flags(values: dict[str, str]) -> None:
         path = Path("/proc/sys") / flag
         if path.read_text().strip() != value:
             path.write_text(value + "\n")
+
+
+def _write_executable(path: Path, text: str) -> None:
+    path.write_text(text)
+    path.chmod(0o755)
+
+
+def host_routes() -> list[tuple[str, int]]:
+    """Every IPv4 route of the host's main namespace, as (destination, prefix length)."""
+    with netlink(None) as ip:
+        return [(r.get_attr("RTA_DST") or "", r["dst_len"]) for r in ip.get_routes(family=socket.AF_INET, table=254)]
+
+
+def remove_bridge(name: str) -> bool:
+    """Delete the pod network's bridge from the host namespace (False when there is none)."""
+    with netlink(None) as ip:
+        found = ip.link_lookup(ifname=name)
+        if not found:
+            return False
+        ip.link("del", index=found[0])
+        return True
 
 
 def remove_kubepods_cgroups(*, root: Path = CGROUP_ROOT) -> int:
@@ -129,6 +170,8 @@ class RealNode:
     layout: NodeLayout = field(init=False)
     processes: dict[str, Process] = field(default_factory=dict)
     _kernel_flags: dict[str, str] = field(default_factory=dict)
+    _network_flags: dict[str, str] = field(default_factory=dict)
+    network: PodNetwork | None = None
     _lock: HostLock | None = None
     _client: KubeClient | None = None
 
@@ -164,10 +207,11 @@ class RealNode:
         for d in (
             lay.containerd_root, lay.containerd_state, lay.runc_root, lay.cdi_dir, lay.kubelet_root, lay.pki,
             lay.private_var_lib, lay.private_var_log, lay.pod_logs, lay.logs, lay.shim_sockets,
-            lay.root / "cni" / "bin", lay.root / "cni" / "net.d", lay.root / "volume-plugins",
+            lay.cni_bin, lay.cni_conf, lay.cni_ipam, lay.netdevice_records, lay.root / "volume-plugins",
         ):  # fmt: skip
             d.mkdir(parents=True, exist_ok=True)
         self._issue_certificates()
+        self._write_pod_network()
         pause, busybox = ensure_images(pause_binary=self._binary("pause"), cache_root=s.cache_root)
         lay.containerd_config.write_text(
             render_containerd_config(layout=lay, sandbox_image=pause.name, cdi_dirs=(lay.cdi_dir, *s.extra_cdi_dirs))
@@ -232,6 +276,30 @@ class RealNode:
             what="the kubelet's kernel flag updates",
         )
         write_kernel_flags(self._kernel_flags)
+
+    def _write_pod_network(self) -> None:
+        """runc behind its wrapper, the CNI plugins (links to the cached builds, plus fakedev-netdevices) and the
+        node's one network (see podnetwork)."""
+        lay, s = self.layout, self.settings
+        nic_netns = netns_path(s.nic_netns) if s.nic_netns else None
+        _write_executable(
+            lay.runc_wrapper,
+            render_runc_wrapper(runc=self._binary("runc"), records=lay.netdevice_records, nic_netns=nic_netns),
+        )
+        for plugin in PLUGINS:
+            (lay.cni_bin / plugin).symlink_to(self._binary(plugin))
+        _write_executable(
+            lay.cni_bin / NETDEVICES_PLUGIN,
+            render_launcher(python=sys.executable, sys_path=str(Path(harness.__file__).resolve().parents[1])),
+        )
+        subnet = pick_subnet(routes=route_networks(host_routes()))
+        self.network = PodNetwork(bridge=bridge_name(self.run.run_id), subnet=subnet)
+        self._network_flags = read_kernel_flags(NETWORK_FLAGS)
+        (lay.cni_conf / CONFLIST_NAME).write_text(
+            render_conflist(
+                network=self.network, ipam_dir=lay.cni_ipam, records=lay.netdevice_records, source_netns=nic_netns
+            )
+        )
 
     def _changed_flags(self) -> int:
         expected = {"vm/overcommit_memory": "1", "kernel/panic": "10", "kernel/panic_on_oops": "1"}
@@ -322,9 +390,13 @@ class RealNode:
         if "mount-namespace" in self.processes:
             self.processes["mount-namespace"].stop(timeout=5)
         remove_kubepods_cgroups()
+        if self.network is not None:
+            remove_bridge(self.network.bridge)
         self._forget_node()
         if self._kernel_flags:
             write_kernel_flags(self._kernel_flags)
+        if self._network_flags:
+            write_kernel_flags(self._network_flags)
         shutil.rmtree(self.layout.shim_sockets, ignore_errors=True)
         self.run.remove()
 
