@@ -15,7 +15,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-deps: ## Install the Debian packages fakedev needs (runc, busybox-static, iproute2, util-linux, Go check)
+deps: ## Install the Debian packages fakedev needs (runc, busybox-static, iproute2, util-linux, gcc, Go check)
 	@scripts/install-system-deps.sh
 
 $(STAMP): pyproject.toml
@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## Create .venv with fakedev and its tools (then .venv/bin/fakedev is the CLI)
 
-build: deps venv ## Build (or reuse the cache of) the Kubernetes 1.37 control plane, kubelet, containerd and helm
+build: deps venv ## Build (or reuse the cache of) the Kubernetes 1.37 control plane, kubelet, containerd, runc, CNI plugins, helm
 	$(FAKEDEV) cluster build --with-node --with-helm
 	$(PY) -m harness.conformance.exdriver
 

@@ -8,6 +8,10 @@ command -v ip >/dev/null || need+=(iproute2)
 command -v setpriv >/dev/null || need+=(util-linux)
 command -v nsenter >/dev/null || need+=(util-linux)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+# runc is built with cgo (its nsenter is C): a C compiler and the libc and kernel headers (linux-libc-dev comes with
+# libc6-dev). Without the seccomp tag no libseccomp-dev or pkg-config is needed.
+command -v gcc >/dev/null || need+=(gcc)
+dpkg-query -W -f='${Status}' libc6-dev 2>/dev/null | grep -q 'ok installed' || need+=(libc6-dev)
 # The drill report test takes one screenshot of the HTML report with headless Chromium.
 command -v chromium >/dev/null || need+=(chromium)
 # `make image`: mmdebstrap makes the Debian rootfs, umoci assembles the OCI image; the image tests read it with
@@ -31,12 +35,14 @@ if ! compgen -G "/var/lib/apt/lists/*_InRelease" >/dev/null; then
   echo "no Debian package indices yet: apt-get update"
   [ "$(id -u)" -eq 0 ] && apt-get update -q || sudo apt-get update -q
 fi
+# The CNI plugins v1.10.0 declare go 1.26.8 and builds run with GOTOOLCHAIN=local (no toolchain download).
+go_min=1.26.8
 if ! command -v go >/dev/null; then
-  echo "error: Go >= 1.26 is required to build the control plane (https://go.dev/dl/)" >&2
+  echo "error: Go >= $go_min is required to build the control plane (https://go.dev/dl/)" >&2
   exit 1
 fi
-go_minor=$(go env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')
-if [ "$go_minor" -lt 26 ]; then
-  echo "error: Go >= 1.26 is required, found $(go env GOVERSION)" >&2
+go_have=$(go env GOVERSION | sed -E 's/^go([0-9.]+).*/\1/')
+if [ "$(printf '%s\n%s\n' "$go_min" "$go_have" | sort -V | head -1)" != "$go_min" ]; then
+  echo "error: Go >= $go_min is required, found $(go env GOVERSION)" >&2
   exit 1
 fi

@@ -41,7 +41,9 @@ def add_parser(sub: Any) -> None:
         "--with-node",
         action="store_true",
         help=f"also build a real node: kubelet {cluster_build.KUBERNETES_VERSION}, containerd "
-        f"{cluster_build.CONTAINERD_VERSION} (containerd, containerd-shim-runc-v2, ctr) and the pause program",
+        f"{cluster_build.CONTAINERD_VERSION} (containerd, containerd-shim-runc-v2, ctr), runc "
+        f"{cluster_build.RUNC_VERSION} (cgo: needs gcc), the CNI plugins {cluster_build.CNI_PLUGINS_VERSION} (bridge, "
+        "host-local, loopback, portmap) and the pause program",
     )
     b.add_argument(
         "--with-helm",

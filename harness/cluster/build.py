@@ -59,6 +59,8 @@ class BinaryGroup:
     """Linker flags besides ``-s -w`` and the Kubernetes version stamps (e.g. another project's version variable)."""
     own_sources: bool = False
     """The module's directory holds the program's own Go sources (part of the recipe), not only go.mod/go.sum."""
+    cgo: bool = False
+    """Build with ``CGO_ENABLED=1`` (needs a C compiler and libc headers); every other group is pure Go."""
 
     @property
     def source_dir(self) -> Path:
@@ -117,7 +119,37 @@ PAUSE: Final = BinaryGroup(
     version_ldflags=False,
     own_sources=True,
 )
-NODE_GROUPS: Final = (KUBELET, CONTAINERD, PAUSE)
+RUNC_VERSION: Final = "v1.5.3"
+"""runc >= 1.4 moves a container's ``linux.netDevices`` into its namespace (runtime-spec 1.3.0)."""
+RUNC: Final = BinaryGroup(
+    group="runc",
+    module="runc",
+    version=RUNC_VERSION,
+    programs=(GoProgram(name="runc", package="github.com/opencontainers/runc"),),
+    version_ldflags=False,
+    # libcontainer/nsenter is C that runs before the Go runtime, so cgo is required. No `seccomp` (needs
+    # libseccomp-dev) and no `libpathrs` (a Rust library); `runc --version` comes from the module's embedded VERSION.
+    cgo=True,
+    tags="urfave_cli_no_docs",
+)
+CNI_PLUGINS_VERSION: Final = "v1.10.0"
+CNI_PLUGINS: Final = BinaryGroup(
+    group="cni-plugins",
+    module="cni-plugins",
+    version=CNI_PLUGINS_VERSION,
+    programs=(
+        GoProgram(name="bridge", package="github.com/containernetworking/plugins/plugins/main/bridge"),
+        GoProgram(name="host-local", package="github.com/containernetworking/plugins/plugins/ipam/host-local"),
+        GoProgram(name="loopback", package="github.com/containernetworking/plugins/plugins/main/loopback"),
+        GoProgram(name="portmap", package="github.com/containernetworking/plugins/plugins/meta/portmap"),
+    ),
+    version_ldflags=False,
+    tags="",
+    # Without the stamp the plugins call themselves "version unknown" in their VERSION/usage output.
+    extra_ldflags="-X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion="
+    + CNI_PLUGINS_VERSION,
+)
+NODE_GROUPS: Final = (KUBELET, CONTAINERD, PAUSE, RUNC, CNI_PLUGINS)
 """What a real node needs on top of the control plane (``fakedev cluster build --with-node``)."""
 
 HELM_VERSION: Final = "v4.3.2"
@@ -195,6 +227,8 @@ def compute_recipe_digest(*, group: BinaryGroup, go_mod: bytes, go_sum: bytes) -
         ",".join(p.package for p in group.programs).encode(),
         *((group.extra_ldflags.encode(),) if group.extra_ldflags else ()),
         *((_source_digest(group).encode(),) if group.own_sources else ()),
+        # Only when on, so the digests (and caches) of the pure-Go groups stay what they were.
+        *((b"CGO_ENABLED=1",) if group.cgo else ()),
     ):
         h.update(len(part).to_bytes(8, "big"))
         h.update(part)
@@ -252,9 +286,10 @@ def check_cache(*, group: BinaryGroup, cache_root: Path) -> str | None:
     return None
 
 
-def _go_env(*, gopath_workdir: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(GOTOOLCHAIN="local", CGO_ENABLED="0", GOFLAGS="-mod=readonly", GOWORK="off")
+def compute_go_env(*, base: dict[str, str], gopath_workdir: Path, cgo: bool) -> dict[str, str]:
+    """The environment of every go command of a build: the caller's, with the settings a recipe depends on forced."""
+    env = dict(base)
+    env.update(GOTOOLCHAIN="local", CGO_ENABLED="1" if cgo else "0", GOFLAGS="-mod=readonly", GOWORK="off")
     env.setdefault("GOPROXY", "https://proxy.golang.org,direct")
     env["TMPDIR"] = str(gopath_workdir)
     return env
@@ -263,8 +298,18 @@ def _go_env(*, gopath_workdir: Path) -> dict[str, str]:
 def which_go() -> str:
     go = shutil.which("go")
     if go is None:
-        raise BuildError("the Go toolchain was not found on PATH; install Go >= 1.26 (https://go.dev/dl/)")
+        raise BuildError("the Go toolchain was not found on PATH; install Go >= 1.26.8 (https://go.dev/dl/)")
     return go
+
+
+def _check_c_compiler(*, group: BinaryGroup) -> None:
+    """Fail with the fix before go does with a cgo error deep in its output."""
+    cc = os.environ.get("CC") or "gcc"
+    if shutil.which(cc.split()[0]) is None:
+        raise BuildError(
+            f"{group.group} is built with cgo and needs a C compiler, but {cc!r} is not on PATH; "
+            "install gcc and libc6-dev (`make deps`)"
+        )
 
 
 def _run_with_heartbeat(
@@ -314,6 +359,8 @@ def build_group(*, group: BinaryGroup, cache_root: Path, progress: Progress, for
         return BinarySet(paths={p.name: entry / p.name for p in group.programs})
     progress(f"building {group.group} {group.version} ({reason})")
     go = which_go()
+    if group.cgo:
+        _check_c_compiler(group=group)
     entry.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f".build-{group.version}-", dir=entry.parent) as tmp:
@@ -324,7 +371,7 @@ def build_group(*, group: BinaryGroup, cache_root: Path, progress: Progress, for
         out.mkdir()
         gotmp = work / "gotmp"
         gotmp.mkdir()
-        env = _go_env(gopath_workdir=gotmp)
+        env = compute_go_env(base=dict(os.environ), gopath_workdir=gotmp, cgo=group.cgo)
         packages = [p.package for p in group.programs]
         deps = _run_with_heartbeat(
             [go, "list", "-tags", group.tags, "-deps", *packages],

@@ -14,7 +14,7 @@ from harness.errors import BuildError
 HELLO = Path(__file__).resolve().parents[1] / "data" / "gomod" / "hello"
 
 
-def _group(source: Path) -> BinaryGroup:
+def _group(source: Path, *, cgo: bool = False) -> BinaryGroup:
     return BinaryGroup(
         group="hello",
         module="hello",
@@ -22,6 +22,7 @@ def _group(source: Path) -> BinaryGroup:
         programs=(GoProgram(name="hello", package="fakedev.local/hello"),),
         version_ldflags=False,
         source=source,
+        cgo=cgo,
     )
 
 
@@ -90,6 +91,42 @@ def test_compile_error_is_reported_with_the_compiler_output(source: Path, tmp_pa
     with pytest.raises(BuildError, match="undefined: undefinedThing"):
         _build(_group(source), tmp_path / "cache")
     assert not cache_entry(group=_group(source), cache_root=tmp_path / "cache").exists()
+
+
+CGO_MAIN = """package main
+
+// int answer(void) { return 42; }
+import "C"
+
+import "fmt"
+
+func main() { fmt.Println("cgo says", C.answer()) }
+"""
+
+
+def test_cgo_group_compiles_its_c_code(source: Path, tmp_path: Path) -> None:
+    (source / "main.go").write_text(CGO_MAIN)
+    group = _group(source, cgo=True)
+    _build(group, tmp_path / "cache")
+    binary = cache_entry(group=group, cache_root=tmp_path / "cache") / "hello"
+    assert subprocess.run([binary], capture_output=True, text=True, check=True).stdout == "cgo says 42\n"
+
+
+def test_pure_go_group_does_not_compile_c_code(source: Path, tmp_path: Path) -> None:
+    # With CGO_ENABLED=0 go leaves out every file that imports "C", so nothing defines main.
+    (source / "main.go").write_text(CGO_MAIN)
+    with pytest.raises(BuildError, match="build constraints exclude all Go files"):
+        _build(_group(source, cgo=False), tmp_path / "cache")
+
+
+def test_entry_built_without_cgo_is_rebuilt_with_cgo(source: Path, tmp_path: Path) -> None:
+    _build(_group(source, cgo=False), tmp_path / "cache")
+    cgo_group = _group(source, cgo=True)
+    assert check_cache(group=cgo_group, cache_root=tmp_path / "cache") == (
+        "the wrapper module or build flags changed since it was built"
+    )
+    assert _build(cgo_group, tmp_path / "cache")[0].startswith("building hello v0.0.1 (the wrapper module")
+    assert check_cache(group=cgo_group, cache_root=tmp_path / "cache") is None
 
 
 def test_version_ldflags_stamp_component_base_and_client_go() -> None:
