@@ -9,9 +9,13 @@ command -v setpriv >/dev/null || need+=(util-linux)
 command -v nsenter >/dev/null || need+=(util-linux)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 # runc is built with cgo (its nsenter is C): a C compiler and the libc and kernel headers (linux-libc-dev comes with
-# libc6-dev). Without the seccomp tag no libseccomp-dev or pkg-config is needed.
+# libc6-dev), and with seccomp (containerd gives every sandbox the RuntimeDefault profile): libseccomp-dev found
+# through pkg-config. The real node's pod network: portmap (hostPort) runs iptables.
 command -v gcc >/dev/null || need+=(gcc)
 dpkg-query -W -f='${Status}' libc6-dev 2>/dev/null | grep -q 'ok installed' || need+=(libc6-dev)
+dpkg-query -W -f='${Status}' libseccomp-dev 2>/dev/null | grep -q 'ok installed' || need+=(libseccomp-dev)
+command -v pkg-config >/dev/null || need+=(pkg-config)
+command -v iptables >/dev/null || need+=(iptables)
 # The drill report test takes one screenshot of the HTML report with headless Chromium.
 command -v chromium >/dev/null || need+=(chromium)
 # `make image`: mmdebstrap makes the Debian rootfs, umoci assembles the OCI image; the image tests read it with

@@ -11,12 +11,12 @@ from typing import Any
 
 from fakedev import logs
 from fakedev.cli.args import kubeconfig_path
-from fakedev.cli.rig import FakeNodeRig, NodeHardware, RigSite, RigSpec, remove_fabric, start_plugins
+from fakedev.cli.realrig import RealNodeRig
+from fakedev.cli.rig import FakeNodeRig, RigSite, RigSpec, remove_fabric
 from harness.cluster.nodes import NodeHeartbeats
 from harness.node.background import BackgroundLoop
-from harness.node.drivers import DriverContext
 from harness.node.layout import NodeLayout, node_run_id
-from harness.realnode.node import RealNode, settings_for_cluster
+from harness.realnode.node import settings_for_cluster
 from kubeclient import KubeClient
 from kubeclient.resources import PODS
 
@@ -135,37 +135,26 @@ def _run_real(args: argparse.Namespace) -> int:
     logs.configure(fmt=args.log_format)
     kubeconfig = kubeconfig_path(args.kubeconfig, command="node run")
     client = KubeClient.from_kubeconfig(kubeconfig)
-    node = RealNode(
+    rig = RealNodeRig.start(
+        profile=args.profile,
         settings=settings_for_cluster(
             client=client, ca_dir=args.ca or kubeconfig.parent / "pki", address=args.address, base=args.base
-        )
+        ),
+        client=client,
+        kubeconfig=kubeconfig,
+        progress=lambda step: print(f"real node {args.address}: starting {step}", flush=True),
     )
-    node.start(client=client, progress=lambda step: print(f"real node {args.address}: starting {step}", flush=True))
-    # The real kubelet moves no NICs of ours yet: the plugins get the profile's devices, not its veth pairs.
-    hardware = NodeHardware.install(profile=args.profile, node_name=node.name, nics=False)
-    plugins = {}
     try:
-        plugins = start_plugins(
-            hardware=hardware,
-            schemas=hardware.schemas,
-            context=DriverContext(
-                node=node.name,
-                kubelet_root=node.layout.kubelet_root,
-                cdi_dir=node.layout.cdi_dir,
-                kubeconfig=kubeconfig,
-            ),
-            run=node.run,
-        )
+        node = rig.node
+        nics = f", NICs in netns {node.settings.nic_netns}" if node.settings.nic_netns else ""
         print(
             f"real node {node.name}: kubelet root {node.layout.kubelet_root}, logs {node.run.path / 'logs'} "
-            f"({', '.join(plugins)}). Ctrl-C stops.",
+            f"({', '.join(rig.plugins)}{nics}). Ctrl-C stops.",
             flush=True,
         )
         _stop_on_signals().wait()
     finally:
-        for process in plugins.values():
-            process.stop()
-        node.stop()
+        rig.stop()
     return 0
 
 

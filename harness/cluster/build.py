@@ -127,10 +127,11 @@ RUNC: Final = BinaryGroup(
     version=RUNC_VERSION,
     programs=(GoProgram(name="runc", package="github.com/opencontainers/runc"),),
     version_ldflags=False,
-    # libcontainer/nsenter is C that runs before the Go runtime, so cgo is required. No `seccomp` (needs
-    # libseccomp-dev) and no `libpathrs` (a Rust library); `runc --version` comes from the module's embedded VERSION.
+    # libcontainer/nsenter is C that runs before the Go runtime, so cgo is required. `seccomp` (libseccomp-dev,
+    # pkg-config) because containerd gives every pod sandbox the RuntimeDefault profile and a runc without it
+    # refuses any profile; no `libpathrs` (a Rust library). `runc --version` comes from the embedded VERSION.
     cgo=True,
-    tags="urfave_cli_no_docs",
+    tags="seccomp,urfave_cli_no_docs",
 )
 CNI_PLUGINS_VERSION: Final = "v1.10.0"
 CNI_PLUGINS: Final = BinaryGroup(

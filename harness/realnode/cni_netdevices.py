@@ -27,13 +27,22 @@ SUPPORTED: Final = ("0.3.1", "0.4.0", "1.0.0", "1.1.0")
 ERRORS_LOG: Final = "release-errors.log"
 
 
-def records_for(*, records: Path, netns: str) -> list[Path]:
-    """The recorded container specs that join the namespace at ``netns``."""
+SANDBOX_ANNOTATION: Final = "io.kubernetes.cri.sandbox-id"
+"""containerd's annotation on every container of a pod; CNI_CONTAINERID is the same sandbox id."""
+
+
+def records_for(*, records: Path, netns: str, sandbox: str) -> list[Path]:
+    """The recorded container specs of the pod whose sandbox is ``sandbox`` (containerd's id, CNI_CONTAINERID) or
+    that join the namespace at ``netns``. A pod container's spec names the namespace as ``/proc/<pause pid>/ns/net``,
+    which is gone by the time of DEL, so the annotation is what matches in practice."""
     found = []
     for path in sorted(records.glob("*.json")):
         try:
             spec = json.loads(path.read_text())
         except (OSError, ValueError):
+            continue
+        if sandbox and (spec.get("annotations") or {}).get(SANDBOX_ANNOTATION) == sandbox:
+            found.append(path)
             continue
         joined = spec_netns(spec)
         if joined is not None and (joined == netns or same_netns(joined, netns)):
@@ -41,11 +50,11 @@ def records_for(*, records: Path, netns: str) -> list[Path]:
     return found
 
 
-def release(*, records: Path, netns: str, source: str | None) -> list[str]:
+def release(*, records: Path, netns: str, sandbox: str, source: str | None) -> list[str]:
     """Return every recorded interface of the pod in ``netns`` to ``source`` (the namespace runc ran in; ``None``:
     the host's); the records go once handled."""
     returned: list[str] = []
-    for path in records_for(records=records, netns=netns):
+    for path in records_for(records=records, netns=netns, sandbox=sandbox):
         moved = spec_net_devices(json.loads(path.read_text()))
         if moved and Path(netns).exists():
             returned += return_net_devices(sandbox=netns, moved=moved, target=source)
@@ -77,7 +86,12 @@ def run(*, env: Mapping[str, str], stdin: str, out: TextIO) -> int:
         netns = env.get("CNI_NETNS", "")
         if records and netns:
             try:
-                release(records=Path(records), netns=netns, source=config.get("sourceNetns") or None)
+                release(
+                    records=Path(records),
+                    netns=netns,
+                    sandbox=env.get("CNI_CONTAINERID", ""),
+                    source=config.get("sourceNetns") or None,
+                )
             except Exception as exc:
                 # The interface is lost with the namespace; say why where the node's tests and users look.
                 with (Path(records) / ERRORS_LOG).open("a") as log:

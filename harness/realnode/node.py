@@ -81,6 +81,9 @@ class RealNodeSettings:
     cache_root: Path
     base: Path | None = None
     extra_cdi_dirs: tuple[Path, ...] = ()
+    run_id: str | None = None
+    """The run id to use (default: a new one); a caller that makes the node's NIC namespaces first names them
+    after it, so the reaper removes them with the node's run."""
     nic_netns: str | None = None
     """The named network namespace the node's NICs live in (its DRA drivers' ``--netns``); runc moves claimed
     interfaces from there into pods, and they go back there when the pod's namespace is torn down."""
@@ -191,7 +194,7 @@ class RealNode:
         self._lock = lock
         self._client = client
         try:
-            self.run = open_run_dir(purpose="realnode", base=s.base)
+            self.run = open_run_dir(purpose="realnode", base=s.base, run_id=s.run_id)
         except BaseException:
             self._release()
             raise
