@@ -63,7 +63,9 @@ class Node:
         """PullImage over CRI, as the kubelet asks for an image (the name as the pod spec writes it)."""
         request = _field(1, _field(1, image.encode()))
         with grpc.insecure_channel(f"unix://{self.socket}") as channel:
-            call = channel.unary_unary(PULL_METHOD, request_serializer=None, response_deserializer=None)
+            call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(
+                PULL_METHOD, request_serializer=None, response_deserializer=None
+            )
             answer: bytes = call(request, timeout=120)
         return _first_string(answer)
 

@@ -21,7 +21,8 @@ ANY_TAG: Final = "*"
 _HOST_ALIASES: Final = {"index.docker.io": DEFAULT_HOST, "registry-1.docker.io": DEFAULT_HOST}
 _COMPONENT: Final = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
 _TAG: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
-_HOST: Final = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]+)?")
+_LABEL: Final = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_HOST: Final = re.compile(rf"{_LABEL}(?:\.{_LABEL})*(?::[0-9]+)?")
 _DIGEST: Final = re.compile(r"[a-z0-9]+(?:[+._-][a-z0-9]+)*:[a-zA-Z0-9=_-]{32,}")
 
 
