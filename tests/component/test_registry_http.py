@@ -242,6 +242,7 @@ def test_the_registry_process(tmp_path: Path) -> None:
             assert [p.relative_to(run.path).as_posix() for p in written] == ["certs.d/_default/hosts.toml"]
             assert f'server = "{registry.server}"' in written[0].read_text()
             assert registry.add(name="quay.io/example/tool:2", archive=busybox) == "quay.io/example/tool:2"
+            assert registry.add_archive(pause) == ("fakedev.local/pause:v1",)
             with pytest.raises(RegistryError, match="not a readable plain"):
                 registry.add(name="quay.io/example/bad:1", archive=tmp_path / "missing.tar")
             connection = http.client.HTTPConnection("127.0.0.1", registry.port, timeout=10)
@@ -249,8 +250,8 @@ def test_the_registry_process(tmp_path: Path) -> None:
             assert connection.getresponse().status == 200
             connection.close()
         finally:
-            registry.stop()
-        assert not registry.process.alive()
+            code = registry.stop()
+        assert (code, registry.process.alive()) == (0, False)
         log = registry.process.log_path.read_text().splitlines()
         assert f"listening on 127.0.0.1:{registry.port}" in log
         assert any(line.endswith("200 2") and "GET /v2/" in line for line in log)

@@ -143,13 +143,31 @@ def test_cri_pull_serves_names_users_write(node: Node, image: str, stored_as: st
     assert f"{stored_as.split('/', 1)[1].rsplit(':', 1)[0]}/manifests/" in node.registry.process.log_tail(lines=400)
 
 
-def test_cri_pull_of_an_unknown_image_names_the_available_ones(node: Node) -> None:
+def test_a_repeated_pull_asks_the_registry_again(node: Node) -> None:
+    """What the kubelet does for every ``Always`` container (``busybox``, ``busybox:latest``)."""
+    node.cri_pull("busybox")
+    before = node.registry.process.log_tail(lines=1000).count("HEAD /v2/library/busybox/manifests/latest?ns=docker.io")
+    node.cri_pull("busybox")
+    after = node.registry.process.log_tail(lines=1000).count("HEAD /v2/library/busybox/manifests/latest?ns=docker.io")
+    assert after == before + 1
+
+
+@pytest.mark.parametrize(
+    ("image", "named"),
+    [
+        (UNKNOWN, "docker.io/library/nginx:1.27"),
+        ("registry.k8s.io/pause:3.10", "registry.k8s.io/pause:3.10"),
+        ("quay.io/prometheus/busybox:latest", "quay.io/prometheus/busybox:latest"),
+    ],
+    ids=["docker-hub", "registry-k8s-io", "quay-io"],
+)
+def test_cri_pull_of_an_unknown_image_names_the_available_ones(node: Node, image: str, named: str) -> None:
     with pytest.raises(grpc.RpcError) as caught:
-        node.cri_pull(UNKNOWN)
+        node.cri_pull(image)
     error = caught.value
     assert isinstance(error, grpc.Call)
-    print(f"CRI PullImage {UNKNOWN}: {error.code()}: {error.details()}")
-    assert UNKNOWN_MESSAGE in (error.details() or "")
+    print(f"CRI PullImage {image}: {error.code()}: {error.details()}")
+    assert UNKNOWN_MESSAGE.replace("docker.io/library/nginx:1.27", named) in (error.details() or "")
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,8 @@ reaper kills it if its owner dies). The real node calls:
 - :func:`start_registry` with the run and :func:`harness.realnode.registry.names.node_rules`;
 - :func:`write_registry_hosts` with the directory its containerd config names
   (:func:`harness.realnode.registry.hosts.render_registry_config`);
-- :meth:`RegistryProcess.add` for an OCI layout archive it imports (the image is served when it returns);
+- :meth:`RegistryProcess.add_archive` for an OCI layout archive it imports (served under the names it carries once
+  the call returns), or :meth:`RegistryProcess.add` to serve one under a name of the caller's;
 - :meth:`RegistryProcess.stop`.
 """
 
@@ -24,6 +25,7 @@ from typing import Final
 import harness
 from harness.errors import RegistryError
 from harness.procs import Process, RunDir, start_process, wait_for
+from harness.realnode.registry.archive import NAME_ANNOTATION, load_archive
 from harness.realnode.registry.hosts import render_registry_hosts
 from harness.realnode.registry.names import ImageRule
 from harness.realnode.registry.server import ADMIN_PATH
@@ -74,8 +76,18 @@ class RegistryProcess:
         added: str = json.loads(answer)["name"]
         return added
 
-    def stop(self) -> None:
-        self.process.stop(timeout=5)
+    def add_archive(self, archive: Path, *, timeout: float = 120.0) -> tuple[str, ...]:
+        """Serve every image ``archive`` names (containerd's ``io.containerd.image.name`` annotation, as ``ctr
+        images import`` names them) under its name; returns the normalized names. RegistryError if it names none
+        (give the name with :meth:`add`) or cannot be served."""
+        names = [n for n, _d in load_archive(archive).roots if n is not None]
+        if not names:
+            raise RegistryError(f"{archive} names no image ({NAME_ANNOTATION} annotation); add it with a name")
+        return tuple(self.add(name=name, archive=archive, timeout=timeout) for name in names)
+
+    def stop(self) -> int:
+        """SIGTERM (SIGKILL after 5 s); returns the exit code (0 after a clean stop)."""
+        return self.process.stop(timeout=5)
 
 
 def _error_text(answer: bytes) -> str:
