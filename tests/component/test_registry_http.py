@@ -26,6 +26,7 @@ from harness.realnode.registry.server import Images, build_catalog, make_server
 
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 API_HEADER = "Docker-Distribution-API-Version"
+TOKEN = "test-token"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,19 +46,20 @@ class Registry:
     pause: Path
     tmp: Path
 
-    def request(self, method: str, path: str, *, body: bytes | None = None) -> Answer:
+    def request(
+        self, method: str, path: str, *, body: bytes | None = None, headers: dict[str, str] | None = None
+    ) -> Answer:
         connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
         try:
-            connection.request(method, path, body=body)
+            connection.request(method, path, body=body, headers=headers or {})
             response = connection.getresponse()
             return Answer(status=response.status, headers=dict(response.getheaders()), body=response.read())
         finally:
             connection.close()
 
-    def add(self, name: str, archive: Path) -> Answer:
-        return self.request(
-            "POST", "/fakedev/images", body=json.dumps({"name": name, "archive": str(archive)}).encode()
-        )
+    def add(self, name: str, archive: Path, *, token: str = TOKEN) -> Answer:
+        body = json.dumps({"name": name, "archive": str(archive)}).encode()
+        return self.request("POST", "/fakedev/images", body=body, headers={"Authorization": f"Bearer {token}"})
 
 
 def _image(tmp: Path, *, name: str, text: str) -> Path:
@@ -72,7 +74,7 @@ def registry(tmp_path: Path) -> Iterator[Registry]:
     busybox = _image(tmp_path, name="fakedev.local/busybox:latest", text="busybox")
     pause = _image(tmp_path, name="fakedev.local/pause:v1", text="pause")
     images = Images(build_catalog(node_rules(busybox=busybox, pause=pause)))
-    server: ThreadingHTTPServer = make_server(host="127.0.0.1", port=0, images=images)
+    server: ThreadingHTTPServer = make_server(host="127.0.0.1", port=0, images=images, admin_token=TOKEN)
     thread = threading.Thread(target=server.serve_forever, name="registry", daemon=True)
     thread.start()
     try:
@@ -195,6 +197,15 @@ def test_an_added_archive_is_served_by_its_exact_name_only(registry: Registry) -
     assert other_tag.status == 403
     assert b"images available: busybox:<any tag>, fakedev.local/busybox:<any tag>, fakedev.local/pause:v1, " \
         b"example/tool:2" in other_tag.body  # fmt: skip
+
+
+def test_adding_needs_the_token(registry: Registry) -> None:
+    answer = registry.add("example/tool:2", registry.busybox, token="guess")
+    assert answer.status == 401
+    assert answer.json() == {
+        "errors": [{"code": "UNAUTHORIZED", "message": "fakedev: /fakedev/images needs the registry's token"}]
+    }
+    assert registry.request("GET", "/v2/example/tool/manifests/2?ns=docker.io").status == 403
 
 
 @pytest.mark.parametrize(

@@ -1,13 +1,15 @@
 """``python -m harness.realnode.registry --listen 127.0.0.1:0 --port-file F --image NAME=ARCHIVE ...``.
 
 Binds a loopback address (port 0: a free one), writes the port to ``--port-file`` once it accepts connections and
-serves until SIGTERM. A NAME may end in ``:*`` for any tag.
+serves until SIGTERM. A NAME may end in ``:*`` for any tag. Images can be added later by whoever knows
+``$FAKEDEV_REGISTRY_TOKEN`` (see ``server``); without it, the set is fixed.
 """
 
 from __future__ import annotations
 
 import argparse
 import ipaddress
+import logging
 import os
 import signal
 import sys
@@ -16,7 +18,7 @@ from types import FrameType
 
 from harness.errors import RegistryError
 from harness.realnode.registry.names import ImageRule, parse_image_name
-from harness.realnode.registry.server import Images, build_catalog, make_server
+from harness.realnode.registry.server import ADMIN_TOKEN_ENV, Images, build_catalog, log, make_server
 
 
 def _rule(text: str) -> ImageRule:
@@ -53,20 +55,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port-file", type=Path, required=True, help="where to write the bound port")
     parser.add_argument("--image", type=_rule, action="append", default=[], help="NAME=ARCHIVE (NAME may end in :*)")
     args = parser.parse_args(argv)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
     try:
         images = Images(build_catalog(args.image))
     except RegistryError as exc:
-        print(f"registry: {exc}", file=sys.stderr)
+        log.error("registry: %s", exc)
         return 2
     host, port = args.listen
-    server = make_server(host=host, port=port, images=images)
+    server = make_server(host=host, port=port, images=images, admin_token=os.environ.get(ADMIN_TOKEN_ENV) or None)
     signal.signal(signal.SIGTERM, _stop)
     partial = args.port_file.with_name(f".{args.port_file.name}.{os.getpid()}")
     partial.write_text(f"{server.server_address[1]}\n")
     partial.replace(args.port_file)
     for rule in images.catalog.rules:
-        print(f"serving {rule.name} from {rule.archive}", file=sys.stderr)
-    print(f"listening on {host}:{server.server_address[1]}", file=sys.stderr)
+        log.info("serving %s from %s", rule.name, rule.archive)
+    log.info("listening on %s:%d", host, server.server_address[1])
     try:
         server.serve_forever()
     finally:

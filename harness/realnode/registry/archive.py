@@ -77,7 +77,7 @@ class OciArchive:
             f.seek(place.offset)
             return f.read(place.size)
 
-    def stream(self, digest: str, out: Sink) -> None:
+    def stream(self, digest: str, *, out: Sink) -> None:
         place = self.blobs[digest]
         with self.path.open("rb") as f:
             f.seek(place.offset)

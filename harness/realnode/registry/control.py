@@ -16,9 +16,10 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import secrets
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
@@ -28,7 +29,7 @@ from harness.procs import Process, RunDir, start_process, wait_for
 from harness.realnode.registry.archive import NAME_ANNOTATION, load_archive
 from harness.realnode.registry.hosts import render_registry_hosts
 from harness.realnode.registry.names import ImageRule
-from harness.realnode.registry.server import ADMIN_PATH
+from harness.realnode.registry.server import ADMIN_PATH, ADMIN_TOKEN_ENV
 
 LISTEN_HOST: Final = "127.0.0.1"
 START_TIMEOUT: Final = 15.0
@@ -39,6 +40,8 @@ _PROJECT_ROOT: Final = Path(harness.__file__).resolve().parents[1]
 class RegistryProcess:
     process: Process
     port: int
+    token: str = field(repr=False)
+    """What :meth:`add` presents (the process got it in its environment)."""
 
     @property
     def address(self) -> str:
@@ -52,7 +55,9 @@ class RegistryProcess:
     def _request(self, method: str, path: str, *, body: bytes | None = None, timeout: float) -> tuple[int, bytes]:
         connection = http.client.HTTPConnection(LISTEN_HOST, self.port, timeout=timeout)
         try:
-            headers = {"Content-Type": "application/json"} if body is not None else {}
+            headers = {"Authorization": f"Bearer {self.token}"}
+            if body is not None:
+                headers["Content-Type"] = "application/json"
             connection.request(method, path, body=body, headers=headers)
             response = connection.getresponse()
             return response.status, response.read()
@@ -111,8 +116,10 @@ def start_registry(
     """Start the registry for ``run`` serving ``rules`` on a free loopback port; returns once it answers."""
     port_file = run.path / f"{name}.port"
     port_file.unlink(missing_ok=True)
+    token = secrets.token_hex(16)
     env = {
         **os.environ,
+        ADMIN_TOKEN_ENV: token,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(_PROJECT_ROOT), os.environ.get("PYTHONPATH")])),
     }
     process = start_process(name=name, argv=registry_argv(port_file=port_file, rules=rules), run=run, env=env)
@@ -122,7 +129,7 @@ def start_registry(
 
     try:
         wait_for(port_file.exists, timeout=timeout, what=f"{name} to listen", abort=dead)
-        registry = RegistryProcess(process=process, port=int(port_file.read_text()))
+        registry = RegistryProcess(process=process, port=int(port_file.read_text()), token=token)
         wait_for(registry.serving, timeout=timeout, what=f"{name} to answer GET /v2/", abort=dead)
     except BaseException:
         process.stop(timeout=5)

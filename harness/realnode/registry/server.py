@@ -6,8 +6,10 @@ Routes (``ns`` is the registry host containerd was asked for; without it, the re
 - ``HEAD``/``GET /v2/<repository>/manifests/<tag or digest>?ns=<host>``: the manifest, with its media type,
   length and digest;
 - ``HEAD``/``GET /v2/<repository>/blobs/<digest>?ns=<host>``: a blob of that repository's archive, streamed;
-- ``POST /fakedev/images`` with ``{"name": N, "archive": PATH}``: serve the OCI layout at PATH as N from now on
-  (the answer comes once it is served, so a pull right after it finds it).
+- ``POST /fakedev/images`` with ``{"name": N, "archive": PATH}`` and ``Authorization: Bearer <token>``: serve the
+  OCI layout at PATH as N from now on (the answer comes once it is served, so a pull right after it finds it). The
+  token is the one the registry was started with (``$FAKEDEV_REGISTRY_TOKEN``, which only its starter knows): other
+  local users must not make a root process read files of their choosing. Without a token the route is off.
 
 An image the node does not have gets 403 ``DENIED`` whose message names the images it has, for HEAD and GET: the
 error text containerd makes of it ends up in the kubelet's ``Failed`` event (a 404's body is dropped by containerd's
@@ -16,9 +18,10 @@ resolver; see docs/real-node.md). Everything else that is not a GET or HEAD gets
 
 from __future__ import annotations
 
+import hmac
 import json
+import logging
 import re
-import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -38,6 +41,9 @@ from harness.realnode.registry.names import (
     rules_for_repository,
 )
 
+log = logging.getLogger("harness.realnode.registry")
+
+ADMIN_TOKEN_ENV: Final = "FAKEDEV_REGISTRY_TOKEN"
 API_VERSION_HEADER: Final = ("Docker-Distribution-API-Version", "registry/2.0")
 ADMIN_PATH: Final = "/fakedev/images"
 DENIED_STATUS: Final = 403
@@ -52,20 +58,22 @@ class Catalog:
     rules: tuple[ImageRule, ...]
     archives: Mapping[Path, OciArchive]
     roots: Mapping[ImageRule, Descriptor]
-
-    @property
-    def manifests(self) -> dict[Path, frozenset[str]]:
-        return {path: frozenset(a.manifests) for path, a in self.archives.items()}
+    manifests: Mapping[Path, frozenset[str]]
+    """Archive → the digests of its manifests (what a by-digest request may name)."""
 
 
 def build_catalog(rules: Sequence[ImageRule], *, loaded: Mapping[Path, OciArchive] | None = None) -> Catalog:
     """Load every archive the rules name (reusing ``loaded`` ones) and pick each rule's root manifest."""
-    archives = dict(loaded or {})
+    archives: dict[Path, OciArchive] = {}
     for rule in rules:
         if rule.archive not in archives:
-            archives[rule.archive] = load_archive(rule.archive)
-    roots = {rule: archives[rule.archive].root_for(rule.name) for rule in rules}
-    return Catalog(rules=tuple(rules), archives=archives, roots=roots)
+            archives[rule.archive] = (loaded or {}).get(rule.archive) or load_archive(rule.archive)
+    return Catalog(
+        rules=tuple(rules),
+        archives=archives,
+        roots={rule: archives[rule.archive].root_for(rule.name) for rule in rules},
+        manifests={path: frozenset(a.manifests) for path, a in archives.items()},
+    )
 
 
 class Images:
@@ -103,13 +111,14 @@ def _error_body(code: str, message: str) -> bytes:
 class RegistryHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "fakedev-registry"
-    images: Images  # set on the subclass made per server
+    images: Images  # these two are set on the subclass made per server
+    admin_token: str | None
 
     # -- plumbing ------------------------------------------------------------------------------------------------
 
     def log_message(self, format: str, *args: object) -> None:
         """http.server's own lines (malformed requests) go to the same log as ours."""
-        sys.stderr.write(f"{self.client_address[0]} {format % args}\n")
+        log.info("%s %s", self.client_address[0], format % args)
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         """One line per request, written by :meth:`_reply` (which knows what was served)."""
@@ -131,8 +140,14 @@ class RegistryHandler(BaseHTTPRequestHandler):
         self.end_headers()
 
     def _log(self, status: int, length: int, note: str) -> None:
-        sys.stderr.write(
-            f"{self.client_address[0]} {self.command} {self.path} {status} {length}{' ' + note if note else ''}\n"
+        log.info(
+            "%s %s %s %d %d%s",
+            self.client_address[0],
+            self.command,
+            self.path,
+            status,
+            length,
+            f" {note}" if note else "",
         )
 
     def _error(self, status: int, code: str, message: str) -> None:
@@ -147,8 +162,13 @@ class RegistryHandler(BaseHTTPRequestHandler):
         self._read_route()
 
     def do_POST(self) -> None:
-        if urlsplit(self.path).path != ADMIN_PATH:
+        if urlsplit(self.path).path != ADMIN_PATH or self.admin_token is None:
             self._read_only()
+            return
+        given = self.headers.get("Authorization") or ""
+        if not hmac.compare_digest(given.encode(), f"Bearer {self.admin_token}".encode()):
+            self._drain()
+            self._error(401, "UNAUTHORIZED", f"fakedev: {ADMIN_PATH} needs the registry's token")
             return
         self._admin_add()
 
@@ -202,12 +222,11 @@ class RegistryHandler(BaseHTTPRequestHandler):
             self._deny(catalog=catalog, host=host, repository=repository, reference=reference)
             return
         archive = catalog.archives[rule.archive]
-        if reference in archive.manifests:
-            descriptor = Descriptor(media_type=archive.manifests[reference], digest=reference, size=0)
-        else:
-            descriptor = catalog.roots[rule]
-        body = archive.read(descriptor.digest)
-        headers = {"Content-Type": descriptor.media_type, "Docker-Content-Digest": descriptor.digest}
+        root = catalog.roots[rule]
+        # find_rule answers a digest only with an archive holding that manifest; a tag gets the rule's root.
+        digest = reference if reference in archive.manifests else root.digest
+        body = archive.read(digest)
+        headers = {"Content-Type": archive.manifests[digest], "Docker-Content-Digest": digest}
         self._reply(200, body=body, headers=headers, note=f"{rule.name} {archive.path.name}")
 
     def _blob(self, *, host: str, repository: str, digest: str) -> None:
@@ -224,7 +243,7 @@ class RegistryHandler(BaseHTTPRequestHandler):
         headers = {"Content-Type": "application/octet-stream", "Docker-Content-Digest": digest}
         self._start(200, length=size, headers=headers)
         if self.command != "HEAD":
-            archive.stream(digest, self.wfile)
+            archive.stream(digest, out=self.wfile)
         self._log(200, size, archive.path.name)
 
     def _admin_add(self) -> None:
@@ -250,9 +269,10 @@ class RegistryHandler(BaseHTTPRequestHandler):
         self._reply(200, body=answer.encode(), note=f"added {rule.name} from {rule.archive}")
 
 
-def make_server(*, host: str, port: int, images: Images) -> ThreadingHTTPServer:
-    """A server bound to ``host:port`` (port 0: a free one) serving ``images``; the caller runs serve_forever."""
-    handler = type("BoundRegistryHandler", (RegistryHandler,), {"images": images})
+def make_server(*, host: str, port: int, images: Images, admin_token: str | None) -> ThreadingHTTPServer:
+    """A server bound to ``host:port`` (port 0: a free one) serving ``images``, taking additions from whoever
+    presents ``admin_token`` (None: from nobody); the caller runs serve_forever."""
+    handler = type("BoundRegistryHandler", (RegistryHandler,), {"images": images, "admin_token": admin_token})
     server = ThreadingHTTPServer((host, port), handler)
     server.daemon_threads = True
     return server
