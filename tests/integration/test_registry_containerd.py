@@ -8,6 +8,7 @@ renderer plus the registry lines, as the real node will run it; nothing here nee
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -120,7 +121,7 @@ def node() -> Iterator[Node]:
     finally:
         for process in reversed(processes):
             process.stop(timeout=15)
-        subprocess.run(["rm", "-rf", str(layout.shim_sockets)], check=False)
+        shutil.rmtree(layout.shim_sockets, ignore_errors=True)
         run.remove()
 
 
