@@ -11,6 +11,8 @@ HarnessError
     ├── BuildError              a control-plane binary could not be built
     ├── ImageError              the fakedev OCI image could not be built (a tool failed, a stale lock, no indices)
     ├── ComponentError          a control-plane component exited or failed to start
+    ├── RegistryError           the real node's image registry cannot serve an archive (not an OCI layout, a
+    │                           compressed tar, a missing blob) or refused an image added to it
     ├── ClusterStateError       no cluster / a broken cluster state directory
     ├── CheckpointCorruptError  the node emulator's DRA checkpoint is unreadable; the node refuses to start
     ├── ScenarioError           a drill scenario file breaks the format (``file:line: field: rule``)
@@ -93,6 +95,10 @@ class ImageError(PermanentError):
 
 class ComponentError(PermanentError):
     """A control-plane component failed to start or exited."""
+
+
+class RegistryError(PermanentError):
+    """The real node's local registry cannot serve an image archive, or refused one; the message says which."""
 
 
 class ClusterStateError(PermanentError):
