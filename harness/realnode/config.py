@@ -15,6 +15,8 @@ from typing import Any, Final
 
 import yaml
 
+from harness.realnode.registry.hosts import render_registry_config
+
 SHIM_SOCKET_DIR_MAX: Final = 42
 """containerd refuses a shim socket directory longer than this (the socket name is appended, sun_path is 108)."""
 
@@ -53,6 +55,11 @@ class NodeLayout:
     @property
     def runc_wrapper(self) -> Path:
         return self.root / "containerd" / "runc-wrapper"
+
+    @property
+    def registry_hosts(self) -> Path:
+        """containerd's registry hosts directory: ``_default/hosts.toml`` names the node's local registry."""
+        return self.root / "containerd" / "certs.d"
 
     @property
     def netdevice_records(self) -> Path:
@@ -110,7 +117,8 @@ def _toml_str(value: str) -> str:
 
 
 def render_containerd_config(*, layout: NodeLayout, sandbox_image: str, cdi_dirs: Sequence[Path]) -> str:
-    """containerd 2.x config (version 3; 2.4 migrates it in memory) for a private, CRI-only containerd."""
+    """containerd 2.x config (version 3; 2.4 migrates it in memory) for a private, CRI-only containerd whose image
+    pulls all go to the node's own registry (the hosts directory ``layout.registry_hosts``)."""
     if len(str(layout.shim_sockets)) > SHIM_SOCKET_DIR_MAX:
         raise ValueError(f"shim socket dir {layout.shim_sockets} is longer than {SHIM_SOCKET_DIR_MAX} characters")
     q = _toml_str
@@ -158,6 +166,7 @@ def render_containerd_config(*, layout: NodeLayout, sandbox_image: str, cdi_dirs
         f"  bin_dirs = [{q(str(layout.cni_bin))}]",
         f"  conf_dir = {q(str(layout.cni_conf))}",
         "  max_conf_num = 1",
+        *render_registry_config(layout.registry_hosts),
         "[plugins.'io.containerd.grpc.v1.cri']",
         "  stream_server_address = '127.0.0.1'",
         "  stream_server_port = '0'",

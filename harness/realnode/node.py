@@ -36,7 +36,7 @@ from harness.cluster.build import NODE_GROUPS, BinarySet, cached_binaries, defau
 from harness.cluster.config import render_kubeconfig
 from harness.cluster.nodes import delete_node
 from harness.cluster.pki import Authority, CertPair
-from harness.errors import ClusterStateError, ComponentError, NotReadyError
+from harness.errors import ClusterStateError, ComponentError, NotReadyError, RegistryError
 from harness.procs import Process, RunDir, kill_run_processes, open_run_dir, start_process, wait_for
 from harness.realnode.cni_netdevices import render_launcher
 from harness.realnode.config import NodeLayout, render_containerd_config, render_kubelet_config
@@ -52,6 +52,8 @@ from harness.realnode.podnetwork import (
     render_conflist,
     route_networks,
 )
+from harness.realnode.registry.control import RegistryProcess, start_registry, write_registry_hosts
+from harness.realnode.registry.names import node_rules
 from harness.realnode.runc_wrapper import render_runc_wrapper
 from harness.runtime.netns import netlink, netns_path
 from kubeclient import KubeClient
@@ -175,6 +177,7 @@ class RealNode:
     _kernel_flags: dict[str, str] = field(default_factory=dict)
     _network_flags: dict[str, str] = field(default_factory=dict)
     network: PodNetwork | None = None
+    registry: RegistryProcess | None = None
     _lock: HostLock | None = None
     _client: KubeClient | None = None
 
@@ -216,6 +219,10 @@ class RealNode:
         self._issue_certificates()
         self._write_pod_network()
         pause, busybox = ensure_images(pause_binary=self._binary("pause"), cache_root=s.cache_root)
+        progress("registry")
+        self.registry = start_registry(run=self.run, rules=node_rules(busybox=busybox.path, pause=pause.path))
+        self.processes["registry"] = self.registry.process
+        write_registry_hosts(directory=lay.registry_hosts, server=self.registry.server)
         lay.containerd_config.write_text(
             render_containerd_config(layout=lay, sandbox_image=pause.name, cdi_dirs=(lay.cdi_dir, *s.extra_cdi_dirs))
         )
@@ -353,10 +360,16 @@ class RealNode:
 
     def import_image(self, archive: Path) -> None:
         """Import an image archive (OCI layout or docker archive) into the node's containerd, as a user would with
-        ``ctr -n k8s.io images import``: pods then run it with ``imagePullPolicy: Never``."""
+        ``ctr -n k8s.io images import``: pods then run it with ``imagePullPolicy: Never`` or ``IfNotPresent``. An
+        OCI layout is also served by the node's registry under the names it carries, so ``Always`` finds it too."""
         done = self._ctr("images", "import", str(archive), timeout=300)
         if done.returncode != 0:
             raise ComponentError(f"ctr images import {archive}: {done.stderr.strip() or done.stdout.strip()}")
+        if self.registry is not None:
+            try:
+                self.registry.add_archive(archive)
+            except RegistryError as exc:  # a docker archive, or one without names: imported, not pullable
+                log.info("the node's registry does not serve %s: %s", archive, exc)
 
     def _dead(self) -> Exception | None:
         for name, proc in self.processes.items():
@@ -386,7 +399,7 @@ class RealNode:
             # A wedged containerd must not keep the rest of the node running: what ctr cannot kill, the reaper does.
             with contextlib.suppress(subprocess.TimeoutExpired, OSError):
                 self._kill_tasks()
-        for name in ("kubelet", "containerd"):
+        for name in ("kubelet", "containerd", "registry"):
             if name in self.processes:
                 self.processes[name].stop(timeout=15)
         kill_run_processes(self.run.run_id)  # shims and anything else that inherited the run tag

@@ -34,6 +34,7 @@ from harness.cluster.build import NODE_GROUPS, cached_binaries, default_cache_ro
 from harness.cluster.local import LocalCluster
 from harness.cluster.nodes import delete_node
 from harness.cluster.pki import CertPair
+from harness.errors import NotReadyError
 from harness.kube.waits import wait_object
 from harness.node.background import BackgroundLoop
 from harness.procs import wait_for
@@ -143,13 +144,14 @@ def sides(local_cluster: LocalCluster) -> Iterator[dict[str, NicSide]]:
             kubeconfig=local_cluster.kubeconfig,
             schemas=(Schema.DRANET,),
         )
-        assert emulated.nics is not None and real.hardware.nics is not None
         em, rr = emulated, real
+        em_nics, rr_nics = em.nics, rr.hardware.nics
+        assert em_nics is not None and rr_nics is not None
         yield {
             "emulated": NicSide(
                 tag="emulated",
                 node=em.name,
-                nics=em.nics,
+                nics=em_nics,
                 container_output=lambda ns, pod: (
                     w.container_logs() if (w := em.node.pod_worker(namespace=ns, name=pod)) else ""
                 ),
@@ -158,7 +160,7 @@ def sides(local_cluster: LocalCluster) -> Iterator[dict[str, NicSide]]:
             "real": NicSide(
                 tag="real",
                 node=rr.name,
-                nics=rr.hardware.nics,
+                nics=rr_nics,
                 container_output=lambda ns, pod: _api_log(kube, ns, pod),
                 leftovers=lambda: _real_leftovers(rr),
             ),
@@ -204,7 +206,7 @@ def _pod(name: str, *, node: str, claim: str, command: str) -> dict[str, Any]:
             "containers": [
                 {
                     "name": "c",
-                    "image": "fakedev.local/busybox:latest", "imagePullPolicy": "Never",
+                    "image": "busybox",  # untagged: pulled (policy Always) from the node's own registry
                     "command": ["sh", "-c", command],
                     "resources": {"claims": [{"name": "net"}]},
                 }
@@ -271,7 +273,7 @@ def test_a_pod_sees_its_nic_and_the_node_gets_it_back_alike(
                 timeout=60,
                 what=f"{side.node}: {host} back in the node's namespace, unconfigured",
             )
-        except Exception as exc:  # noqa: BLE001 - the timeout, with what the node holds
+        except NotReadyError as exc:  # the timeout, with what the node holds
             raise AssertionError(f"{exc}; node links {side.links()}; leftovers {side.leftovers()}") from None
         after = side.links()
         kube.delete(RESOURCE_CLAIMS, claim, namespace=test_namespace)
