@@ -33,7 +33,12 @@ def test_containerd_config_moves_every_host_default(tmp_path: Path) -> None:
     assert runtime["cdi_spec_dirs"] == [str(layout.cdi_dir)]
     assert runtime["restrict_oom_score_adj"] is True
     runc = runtime["containerd"]["runtimes"]["runc"]["options"]
-    assert runc == {"BinaryName": "/usr/sbin/runc", "Root": str(layout.runc_root), "SystemdCgroup": False}
+    assert runc == {"BinaryName": str(layout.runc_wrapper), "Root": str(layout.runc_root), "SystemdCgroup": False}
+    # Pod namespaces pinned in the node's state dir; one CNI network from the node's own dirs.
+    assert runtime["netns_mounts_under_state_dir"] is True
+    assert runtime["cni"] == {"bin_dirs": [str(layout.cni_bin)], "conf_dir": str(layout.cni_conf), "max_conf_num": 1}
+    # Every pull goes to the node's registry through the hosts directory.
+    assert plugins["io.containerd.cri.v1.images"]["registry"]["config_path"] == str(layout.registry_hosts)
     assert plugins["io.containerd.cri.v1.images"]["pinned_images"]["sandbox"] == "fakedev.local/pause:v1"
     assert config["grpc"]["address"] == str(layout.containerd_socket)
 
