@@ -40,7 +40,6 @@ from harness.node.background import BackgroundLoop, BackgroundNode
 from harness.node.drivers import DriverContext, render_driver_argv
 from harness.node.emulator import NodeEmulator, NodeSettings
 from harness.procs import wait_for
-from harness.realnode.images import BUSYBOX_IMAGE
 from harness.realnode.node import RealNode
 from harness.reaper import reap_all
 from kubeclient import KubeClient
@@ -253,7 +252,6 @@ def _side_pod(side: Side, *, name: str, namespace: str, template: str) -> dict[s
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "nodeSelector": {"kubernetes.io/hostname": side.node},
-            "hostNetwork": True,
             "automountServiceAccountToken": False,
             "terminationGracePeriodSeconds": 2,
             "restartPolicy": "Never",
@@ -261,8 +259,7 @@ def _side_pod(side: Side, *, name: str, namespace: str, template: str) -> dict[s
             "containers": [
                 {
                     "name": "c",
-                    "image": BUSYBOX_IMAGE,
-                    "imagePullPolicy": "Never",
+                    "image": "busybox:1.36",
                     "command": ["sh", "-c", "echo device allocated; env | grep ^GPU_DEVICE_ | sort; sleep 3600"],
                     "resources": {"claims": [{"name": "gpu"}]},
                 }

@@ -16,7 +16,6 @@ from harness.cluster.local import LocalCluster
 from harness.kube.waits import wait_pod_phase
 from harness.node.drivers import DriverContext, render_driver_argv
 from harness.procs import wait_for
-from harness.realnode.images import BUSYBOX_IMAGE
 from harness.realnode.node import RealNode
 from kubeclient import KubeClient
 from kubeclient.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS
@@ -52,16 +51,14 @@ def plugin(real_node: RealNode, local_cluster: LocalCluster) -> Iterator[subproc
 
 
 def _seed_objects(node: str) -> tuple[dict[str, object], dict[str, object]]:
-    """The seed example, run as-is except for what a registry-less, CNI-less node needs."""
+    """The seed example with its pod pinned to the real node (another node of the worker's cluster could offer the
+    same class) and a command that also prints what the runtime injected."""
     device_class, pod = yaml.safe_load_all(SEED.read_text())
     spec = pod["spec"]
     spec["nodeSelector"] = {"kubernetes.io/hostname": node}
-    spec["hostNetwork"] = True
     spec["automountServiceAccountToken"] = False
     spec["terminationGracePeriodSeconds"] = 2
     container = spec["containers"][0]
-    container["image"] = BUSYBOX_IMAGE
-    container["imagePullPolicy"] = "Never"
     # Besides the example's line: what the runtime injected from the CDI specs.
     container["command"] = ["sh", "-c", f"echo device allocated; env | sort; cat {METADATA_GLOB}; echo; sleep 3600"]
     return device_class, pod
