@@ -53,8 +53,10 @@ def add_parser(sub: Any) -> None:
     r.add_argument(
         "--real",
         action="store_true",
-        help="run a real node instead: kubelet + containerd (built by `fakedev cluster build --with-node`) in a "
-        "private mount namespace, with the profile's plugins registered into the real kubelet",
+        help="run a real node instead: kubelet + containerd + runc 1.5 (built by `fakedev cluster build "
+        "--with-node`) in a private mount namespace, with the profile's NICs plugged in and its plugins registered "
+        "into the real kubelet; pods run unchanged (a CNI pod network, images by name from the node's own "
+        "registry, NIC claims moved into pods by runc)",
     )
     r.add_argument(
         "--address",

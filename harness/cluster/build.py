@@ -311,6 +311,17 @@ def _check_c_compiler(*, group: BinaryGroup) -> None:
             f"{group.group} is built with cgo and needs a C compiler, but {cc!r} is not on PATH; "
             "install gcc and libc6-dev (`make deps`)"
         )
+    if "seccomp" in group.tags.split(","):
+        found = (
+            subprocess.run(["pkg-config", "--exists", "libseccomp"], capture_output=True, check=False)
+            if (shutil.which("pkg-config"))
+            else None
+        )
+        if found is None or found.returncode != 0:
+            raise BuildError(
+                f"{group.group} is built with the seccomp tag and needs libseccomp's headers through pkg-config; "
+                "install libseccomp-dev and pkg-config (`make deps`)"
+            )
 
 
 def _run_with_heartbeat(
