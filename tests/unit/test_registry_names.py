@@ -149,8 +149,9 @@ def test_hosts_file_refuses_anything_but_a_loopback_http_server(server: str) -> 
 def test_registry_config_lines_extend_the_node_config(tmp_path: Path) -> None:
     layout = NodeLayout(root=tmp_path, shim_sockets=Path("/tmp/fd-shim-x"))
     config = render_containerd_config(layout=layout, sandbox_image="fakedev.local/pause:v1", cdi_dirs=())
-    hosts_dir = tmp_path / "containerd" / "certs.d"
-    parsed = tomllib.loads(config + "\n".join(render_registry_config(hosts_dir)) + "\n")
+    hosts_dir = layout.registry_hosts
+    assert "\n".join(render_registry_config(hosts_dir)) in config
+    parsed = tomllib.loads(config)
     images = parsed["plugins"]["io.containerd.cri.v1.images"]
     assert images["registry"] == {"config_path": str(hosts_dir)}
     assert images["pinned_images"] == {"sandbox": "fakedev.local/pause:v1"}
