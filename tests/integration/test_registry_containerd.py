@@ -22,7 +22,6 @@ from harness.procs import Process, open_run_dir, start_process, wait_for
 from harness.realnode.config import NodeLayout, render_containerd_config
 from harness.realnode.images import ensure_images
 from harness.realnode.registry.control import RegistryProcess, start_registry, write_registry_hosts
-from harness.realnode.registry.hosts import render_registry_config
 from harness.realnode.registry.names import node_rules
 
 pytestmark = [pytest.mark.privileged]
@@ -86,7 +85,7 @@ def node() -> Iterator[Node]:
     pause, busybox = ensure_images(pause_binary=binaries.path("pause"), cache_root=default_cache_root())
     run = open_run_dir(purpose="registry-ctr")
     layout = NodeLayout(root=run.path, shim_sockets=Path(f"/tmp/fd-shim-{run.run_id}"))
-    hosts_dir = run.path / "containerd" / "certs.d"
+    hosts_dir = layout.registry_hosts
     processes: list[Process] = []
     try:
         registry = start_registry(run=run, rules=node_rules(busybox=busybox.path, pause=pause.path))
@@ -94,7 +93,7 @@ def node() -> Iterator[Node]:
         write_registry_hosts(directory=hosts_dir, server=registry.server)
         layout.containerd_config.parent.mkdir(parents=True, exist_ok=True)
         config = render_containerd_config(layout=layout, sandbox_image=pause.name, cdi_dirs=(layout.cdi_dir,))
-        layout.containerd_config.write_text(config + "\n".join(render_registry_config(hosts_dir)) + "\n")
+        layout.containerd_config.write_text(config)  # it names the registry hosts directory
         containerd = start_process(
             name="containerd",
             argv=[
