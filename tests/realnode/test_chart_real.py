@@ -19,7 +19,6 @@ from harness.cluster.local import LocalCluster
 from harness.image.assemble import BuiltImage
 from harness.kube.waits import wait_pod_phase
 from harness.procs import wait_for
-from harness.realnode.images import BUSYBOX_IMAGE
 from harness.realnode.node import RealNode
 from kubeclient import JsonObj, KubeClient
 from kubeclient.resources import DAEMON_SETS, DEVICE_FAULTS, NAMESPACES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
@@ -112,17 +111,13 @@ def _explained(kube: KubeClient, real_node: RealNode) -> Iterator[None]:
 
 
 def _seed_pod(node: str) -> JsonObj:
-    """The seed example's pod as-is (an extended-resource request, no claim of its own), plus what a
-    registry-less, CNI-less node needs; its DeviceClass is the chart's `gpu.example.com`."""
+    """The seed example's pod as-is (an extended-resource request, no claim of its own, `busybox:1.36` on the pod
+    network), pinned to the node and printing its environment; its DeviceClass is the chart's `gpu.example.com`."""
     _, pod = yaml.safe_load_all(SEED.read_text())
     spec = pod["spec"]
     spec["nodeSelector"] = {"kubernetes.io/hostname": node}
-    spec["hostNetwork"] = True
-    spec["automountServiceAccountToken"] = False
     spec["terminationGracePeriodSeconds"] = 1
     container = spec["containers"][0]
-    container["image"] = BUSYBOX_IMAGE
-    container["imagePullPolicy"] = "Never"
     container["command"] = ["sh", "-c", "echo device allocated; env | sort; sleep 3600"]
     return dict(pod)
 
