@@ -15,7 +15,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-deps: ## Install the Debian packages fakedev needs (runc, busybox-static, iproute2, util-linux, gcc, Go check)
+deps: ## Install the Debian packages fakedev needs (runc, busybox-static, iproute2, util-linux, gcc, libseccomp-dev, iptables, Go check)
 	@scripts/install-system-deps.sh
 
 $(STAMP): pyproject.toml
