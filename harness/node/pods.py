@@ -18,7 +18,7 @@ import cdi
 from harness.errors import ComponentError, HarnessError, PrepareError
 from harness.node.events import FAILED_PREPARE, FAILED_PREPARE_PREFIX, FAILED_UNPREPARE, record_event
 from harness.node.layout import NodeLayout, PodLayout
-from harness.node.netdevices import apply_net_devices, release_net_devices
+from harness.node.netdevices import hand_over_net_devices, release_net_devices
 from harness.node.podclaims import compute_container_cdi_ids
 from harness.procs import RunDir, wait_for
 from harness.runtime.netns import create_netns, delete_netns, netns_path
@@ -301,13 +301,19 @@ class PodWorker:
         if ids:
             registry = cdi.load_registry(spec_dirs=list(self.node.cdi_dirs))
             oci = cdi.inject_devices(oci_spec=oci, registry=registry, device_ids=ids)
-        oci = apply_net_devices(
-            oci, sandbox=self.sandbox, source_netns=self.node.node_netns, record=files.net_devices_record
+        handover = hand_over_net_devices(
+            oci,
+            runc_moves=self.node.runtime.moves_net_devices,
+            sandbox=self.sandbox,
+            node_netns=self.node.node_netns,
+            record=files.net_devices_record,
         )
         ids_file = files.cdi_ids_file(name)
         ids_file.parent.mkdir(parents=True, exist_ok=True)
         ids_file.write_text("\n".join(ids) + ("\n" if ids else ""))
-        container = self.node.runtime.run(container_id=cid, bundle=bundle, spec=oci, run=self.node.run)
+        container = self.node.runtime.run(
+            container_id=cid, bundle=bundle, spec=handover.spec, run=self.node.run, netns=handover.runc_netns
+        )
         # Running means started: wait for runc to report it (or to fail creating it, e.g. a bad CDI mount).
         wait_for(
             lambda: container.exit_code() is not None or container.running(),
@@ -343,7 +349,7 @@ class PodWorker:
             await asyncio.to_thread(
                 release_net_devices,
                 sandbox=self.sandbox,
-                target_netns=self.node.node_netns,
+                node_netns=self.node.node_netns,
                 record=self.files.net_devices_record,
             )
             await asyncio.to_thread(delete_netns, self.sandbox)
@@ -510,12 +516,14 @@ def compute_pod_phase(runs: Sequence[ContainerRun], *, restart: str) -> str:
 
 
 def render_container_status(spec: Mapping[str, Any], *, run: ContainerRun) -> dict[str, Any]:
-    """One ``containerStatuses`` entry: running, terminated (with its exit code) or waiting (with the reason)."""
+    """One ``containerStatuses`` entry: running, terminated (with its exit code) or waiting (with the reason).
+
+    A restart that could not be created (``container`` None, the previous run's ``exit_code`` kept) is waiting,
+    with that run as ``lastState``, as the kubelet shows it."""
     state: dict[str, Any]
-    if run.container is not None and run.exit_code is None:
-        state = {"running": {"startedAt": run.started_at}}
-    elif run.exit_code is not None:
-        state = {
+    last: dict[str, Any] | None = None
+    terminated = (
+        {
             "terminated": {
                 "exitCode": run.exit_code,
                 "reason": "Completed" if run.exit_code == 0 else "Error",
@@ -523,13 +531,23 @@ def render_container_status(spec: Mapping[str, Any], *, run: ContainerRun) -> di
                 "finishedAt": run.finished_at,
             }
         }
-    else:
-        state = {
-            "waiting": {
-                "reason": run.waiting_reason or "ContainerCreating",
-                **({"message": run.waiting_message} if run.waiting_message else {}),
-            }
+        if run.exit_code is not None
+        else None
+    )
+    waiting = {
+        "waiting": {
+            "reason": run.waiting_reason or "ContainerCreating",
+            **({"message": run.waiting_message} if run.waiting_message else {}),
         }
+    }
+    if run.container is not None and run.exit_code is None:
+        state = {"running": {"startedAt": run.started_at}}
+    elif terminated is not None and run.container is None and run.waiting_reason:
+        state, last = waiting, terminated
+    elif terminated is not None:
+        state = terminated
+    else:
+        state = waiting
     entry: dict[str, Any] = {
         "name": spec["name"],
         "state": state,
@@ -539,6 +557,8 @@ def render_container_status(spec: Mapping[str, Any], *, run: ContainerRun) -> di
         "image": spec.get("image", ""),
         "imageID": "",
     }
+    if last is not None:
+        entry["lastState"] = last
     if run.container is not None:
         entry["containerID"] = f"runc://{run.container.container_id}"
     return entry

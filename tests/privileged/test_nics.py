@@ -6,16 +6,19 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
 from fakedev.cli.rig import FakeNodeRig
 from fakedev.nics.hardware import plug, unplug
 from fakedev.render import Schema
+from harness.cluster.build import RUNC, cached_binaries
 from harness.kube.waits import wait_gone, wait_object
 from harness.procs import wait_for
+from harness.runtime.runc import RUNC_ENV
 from kubeclient import KubeClient
 from kubeclient.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from linuxns import netlink
@@ -57,6 +60,99 @@ def _running(kube: KubeClient, ns: str, name: str) -> Any:
 def _network(kube: KubeClient, ns: str, claim: str) -> Any:
     (entry,) = kube.get(RESOURCE_CLAIMS, claim, namespace=ns)["status"]["devices"]
     return entry
+
+
+def _host_ifname(kube: KubeClient, rig: FakeNodeRig, ns: str, claim: str) -> str:
+    """The NIC's name in the node's namespace (the slice's ``dra.net/ifName``)."""
+    device = kube.get(RESOURCE_CLAIMS, claim, namespace=ns)["status"]["allocation"]["devices"]["results"][0]["device"]
+    slices = kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={rig.name}")
+    return str(
+        next(
+            d["attributes"]["dra.net/ifName"]["string"]
+            for s in slices
+            for d in s["spec"]["devices"]
+            if d["name"] == device
+        )
+    )
+
+
+RUNC_MOVES: Final = {"runc-1.5-moves-it": True, "runc-1.1-the-emulator-moves-it": False}
+
+
+@pytest.fixture(params=list(RUNC_MOVES), ids=list(RUNC_MOVES))
+def runc_nic_rig(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, node_rig_factory: RigFactory) -> Any:
+    """A NIC node whose emulator runs pods with the cached runc 1.5 (netDevices moved by runc) or Debian's 1.1.5
+    (moved by the emulator: the fallback)."""
+    moves = RUNC_MOVES[request.param]
+    binary = str(cached_binaries(groups=(RUNC,)).path("runc")) if moves else shutil.which("runc")
+    assert binary is not None
+    monkeypatch.setenv(RUNC_ENV, binary)
+    rig = node_rig_factory(profile="nic-only", schemas=(Schema.DRANET,))
+    assert rig.node.runtime.binary == binary
+    assert rig.node.runtime.moves_net_devices is moves
+    return rig
+
+
+def test_either_runc_hands_the_pod_its_nic_and_teardown_hands_it_back(
+    runc_nic_rig: FakeNodeRig, nic_class: str, kube: KubeClient, test_namespace: str
+) -> None:
+    rig = runc_nic_rig
+    kube.create(RESOURCE_CLAIMS, _nic_claim("c", nic_class), namespace=test_namespace)
+    pod = pod_body(
+        name="p", node=rig.name, claims={"net": "c"}, command="ip -o link; ip -o addr; sleep 3600", grace_seconds=1
+    )
+    kube.create(PODS, pod, namespace=test_namespace)
+    assert _running(kube, test_namespace, "p")["status"]["phase"] == "Running"
+    worker = rig.node.pod_worker(namespace=test_namespace, name="p")
+    assert worker is not None
+    wait_for(lambda: " inet " in worker.container_logs(), timeout=20, what="container output")
+    data, host = _network(kube, test_namespace, "c")["networkData"], _host_ifname(kube, rig, test_namespace, "c")
+    out = worker.container_logs()
+    link = next((line for line in out.splitlines() if re.match(rf"\d+: {data['interfaceName']}[@:]", line)), out)
+    assert f"link/ether {data['hardwareAddress']}" in link
+    addrs = re.findall(rf"\d+: {data['interfaceName']}\s+inet6? (\S+)", out)
+    assert sorted(a for a in addrs if not a.startswith("fe80:")) == sorted(data["ips"])
+    # runc 1.5 got the spec as CDI made it; for runc 1.1 the emulator took the field out and moved the NIC itself.
+    spec = json.loads((worker.files.bundle(container="c", attempt=0).bundle / "config.json").read_text())
+    assert ("netDevices" in spec["linux"]) is rig.node.runtime.moves_net_devices
+    assert rig.nics is not None
+    with netlink(rig.nics.hardware.node_netns) as ipr:
+        assert ipr.link_lookup(ifname=host) == []
+
+    kube.delete(PODS, "p", namespace=test_namespace, grace_seconds=1)
+    wait_gone(kube, PODS, "p", namespace=test_namespace, timeout=30)
+
+    with netlink(rig.nics.hardware.node_netns) as ipr:
+        assert len(ipr.link_lookup(ifname=host)) == 1
+
+
+def test_a_container_restarted_in_its_sandbox_does_not_get_the_nic_again(
+    runc_nic_rig: FakeNodeRig, nic_class: str, kube: KubeClient, test_namespace: str
+) -> None:
+    """As with runc 1.5 on a real node: the interface is in the pod already, not where runc looks for it."""
+    rig = runc_nic_rig
+    kube.create(RESOURCE_CLAIMS, _nic_claim("c", nic_class), namespace=test_namespace)
+    pod = pod_body(name="p", node=rig.name, claims={"net": "c"}, command="ip -o link", restart="Always")
+    kube.create(PODS, pod, namespace=test_namespace)
+    failed = wait_object(
+        kube,
+        PODS,
+        "p",
+        namespace=test_namespace,
+        timeout=60,
+        what="the restart refused",
+        predicate=lambda p: any(
+            (s.get("state", {}).get("waiting") or {}).get("reason") == "CreateContainerError"
+            for s in p.get("status", {}).get("containerStatuses") or []
+        ),
+    )
+    host = _host_ifname(kube, rig, test_namespace, "c")
+    (status,) = failed["status"]["containerStatuses"]
+    assert host in status["state"]["waiting"]["message"] and "not found" in status["state"]["waiting"]["message"]
+    worker = rig.node.pod_worker(namespace=test_namespace, name="p")
+    assert worker is not None
+    first = (worker.files.bundle(container="c", attempt=0).bundle / "log").read_text()
+    assert re.search(r"\d+: net1[@:]", first), first
 
 
 def test_pod_sees_the_interface_its_claim_status_reports(

@@ -74,6 +74,24 @@ def test_a_container_that_cannot_start_says_why() -> None:
     assert "containerID" not in status
 
 
+def test_a_restart_that_cannot_be_created_waits_with_the_last_run_as_last_state() -> None:
+    run = ContainerRun(
+        name="a",
+        exit_code=0,
+        restarts=1,
+        started_at="2026-12-04T05:00:00Z",
+        finished_at="2026-12-04T05:01:00Z",
+        waiting_reason="CreateContainerError",
+        waiting_message="link not found for interface eth7",
+    )
+    status = render_container_status({"name": "a"}, run=run)
+    assert status["state"] == {
+        "waiting": {"reason": "CreateContainerError", "message": "link not found for interface eth7"}
+    }
+    assert status["lastState"]["terminated"]["exitCode"] == 0
+    assert compute_pod_phase([run], restart="Always") == "Running"
+
+
 def test_environment_takes_values_and_the_downward_api_fields_a_node_knows() -> None:
     pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u-1"}}
     spec = {
