@@ -50,9 +50,10 @@ starts them; root, and the node binaries of `fakedev cluster build --with-node`)
 its fake plugins registered with the real kubelet, pods on the pod network, images built from this repository (the
 virt-launcher stand-in) imported under the names the workloads use, so the YAML is unchanged. One real node per
 host: only single-node drills run there, and only if no step needs an emulated node's hands (node-reboot, driver
-and device faults, NIC unplug) or an emulated Node's settings (maxPods, memory, wipeGrace, driver release pins);
-anything else is refused before any node starts, naming the step. The report says which kind of node each drill
-ran on; the node's logs are kept in REPORT_DIR/real-node/. E.g. sudo fakedev drill kubevirt-pci --real-node
+and device faults, NIC unplug) or an emulated Node's settings (maxPods, memory, driver release pins, a wipeGrace
+other than the kubelet's 30 s); anything else is refused before any node starts, naming the step. Name the
+drills (files or shipped names). The report says which kind of node each drill ran on; the node's logs are kept in
+REPORT_DIR/real-node/<drill>/. E.g. sudo fakedev drill kubevirt-pci --real-node
 
 The upstream set reproduces known bugs of the Kubernetes components; those drills fail intermittently by nature, so
 run them with --repeat (e.g. fakedev drill --set upstream --repeat 12) and read how many runs failed.
@@ -295,7 +296,7 @@ def run_scenarios(
     print(render_console(cases, title=title))
     extra = ", matrix.md" if gates else ""
     extra += ", components/ (the control plane's logs)" if cluster is not None else ""
-    extra += ", real-node/ (the real node's logs)" if real_node is not None else ""
+    extra += ", real-node/ (the real node's logs per drill)" if real_node is not None else ""
     print(f"HTML report: {report_dir / 'report.html'} (also junit.xml, report.json{extra}, drills.log)")
     return results, compute_exit_code(cases)
 

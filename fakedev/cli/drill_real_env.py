@@ -44,9 +44,12 @@ class RealNodeDrillEnvironment:
     settings: RealNodeSettings
     """The node to start for each drill (address, cluster CA, binaries); each drill gets a fresh run."""
     logs_to: Path | None = None
-    """Where the node's logs (kubelet, containerd, registry, plugins) are copied before it stops."""
+    """Where the node's logs (kubelet, containerd, registry, plugins) are copied before it stops, one directory per
+    drill (``<logs_to>/<drill>/``)."""
     progress: Callable[[str], None] = lambda _m: None
     rig: RealNodeRig | None = None
+    drill: str = ""
+    """The drill the node runs for (names its logs' directory)."""
 
     @property
     def node_kind(self) -> NodeKind:
@@ -56,6 +59,7 @@ class RealNodeDrillEnvironment:
 
     def start_nodes(self, scenario: Scenario, *, prefix: str) -> dict[str, str]:
         del prefix  # the node's name is its address
+        self.drill = scenario.name
         refusals = real_node_refusals(scenario)
         if refusals:  # the command line refuses these before anything starts; a direct caller learns it here
             raise StepBlocked("; ".join(refusals))
@@ -96,7 +100,7 @@ class RealNodeDrillEnvironment:
             return
         if self.logs_to is not None:
             with contextlib.suppress(OSError):
-                shutil.copytree(rig.node.run.path / "logs", self.logs_to, dirs_exist_ok=True)
+                shutil.copytree(rig.node.run.path / "logs", self.logs_to / self.drill, dirs_exist_ok=True)
         rig.stop()
 
     # -- what the runner reads -------------------------------------------------------------------------------------

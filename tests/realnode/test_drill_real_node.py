@@ -91,7 +91,7 @@ def test_the_stand_in_printed_both_hostdevs_in_its_container(drilled: Drilled) -
 def test_the_stand_in_image_came_from_the_node_registry(drilled: Drilled) -> None:
     # The pod names fakedev.local/virt-launcher-standin:latest: the kubelet pulls it (Always, for :latest), and
     # containerd resolves it at the node's registry, which serves the archive the drill imported.
-    registry = (drilled.report_dir / "real-node" / "registry.log").read_text()
+    registry = (drilled.report_dir / "real-node" / "kubevirt-pci" / "registry.log").read_text()
     assert "/v2/virt-launcher-standin/manifests/latest?ns=fakedev.local 200" in registry
 
 
