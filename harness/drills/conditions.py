@@ -219,7 +219,8 @@ def check_kubevirt(c: Mapping[str, Any], ctx: ConditionContext) -> str | None:
     try:
         view = ctx.node_views(node)
         if view is None:
-            return f"launcher pod {c['kubevirt']} is on {node or 'no node'}, whose files this drill cannot read"
+            where = f"is on node {node}, whose files this drill cannot read" if node else "is not bound to a node"
+            return f"launcher pod {c['kubevirt']} {where}"
         report = verify_vmi(
             vmi=vmi,
             client=ctx.client,
