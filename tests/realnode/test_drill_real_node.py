@@ -26,7 +26,7 @@ from kubeclient.resources import NODES, RESOURCE_SLICES
 
 pytestmark = [pytest.mark.cluster, pytest.mark.privileged, pytest.mark.xdist_group(name="realnode")]
 
-REAL_NODE_ADDRESS = "127.0.0.5"
+REAL_NODE_ADDRESS = "127.0.0.6"
 LAUNCHER = "virt-launcher-testvm"
 PASSTHROUGH_BUSES = {"0x4b", "0xca"}
 """The buses of kubevirt-host's vfio-bound GPUs (either may be allocated)."""
