@@ -12,18 +12,21 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from fakedev.cli.args import positive_count
 from fakedev.cli.drill_cluster_env import DEFAULT_CHART_NAMESPACE, ChartDrillEnvironment
 from fakedev.cli.drill_env import FakedevDrillEnvironment
+from fakedev.cli.drill_real_env import RealNodeDrillEnvironment
 from fakedev.logs import TextFormatter
 from harness.cluster.config import ClusterSettings
 from harness.cluster.local import LocalCluster, local_cluster
+from harness.drills.real_node import real_node_refusals
 from harness.drills.report import as_cases, drills_json, render_html, render_matrix
 from harness.drills.requirements import cluster_gates
 from harness.drills.runner import DrillEnvironment, DrillResult, run_drills
 from harness.drills.scenario import Scenario, load_scenario
+from harness.realnode.node import settings_for_cluster
 from harness.reports import compute_exit_code, render_console, render_json, render_junit
 from kubeclient import KubeClient
 
@@ -42,9 +45,23 @@ API calls as always. A drill whose faults need what a real cluster does not hand
 driver-socket-remove, apiserver/etcd outages) is reported BLOCKED with the reason, neither passed nor failed (the
 exit code is non-zero while any drill is blocked: it was not verified).
 
+With --real-node a drill's one node is this machine's real kubelet and containerd (as `fakedev node run --real`
+starts them; root, and the node binaries of `fakedev cluster build --with-node`): the scenario's profile plugged in,
+its fake plugins registered with the real kubelet, pods on the pod network, images built from this repository (the
+virt-launcher stand-in) imported under the names the workloads use, so the YAML is unchanged. One real node per
+host: only single-node drills run there, and only if no step needs an emulated node's hands (node-reboot, driver
+and device faults, NIC unplug) or an emulated Node's settings (maxPods, memory, driver release pins, a wipeGrace
+other than the kubelet's 30 s); anything else is refused before any node starts, naming the step. Name the
+drills (files or shipped names). The report says which kind of node each drill ran on; the node's logs are kept in
+REPORT_DIR/real-node/<drill>/. E.g. sudo fakedev drill kubevirt-pci --real-node
+
 The upstream set reproduces known bugs of the Kubernetes components; those drills fail intermittently by nature, so
 run them with --repeat (e.g. fakedev drill --set upstream --repeat 12) and read how many runs failed.
 """
+
+DEFAULT_REAL_NODE_ADDRESS: Final = "127.0.0.1"
+REAL_NODE_LOCK_SECONDS: Final = 600.0
+"""How long --real-node waits for another real node on this host to stop (one per host; it says it is waiting)."""
 
 DEFAULT_SET = (
     "extended-resource-migration",
@@ -102,7 +119,12 @@ def add_parser(sub: Any) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("files", nargs="*", type=Path, help="scenario files (default: the shipped set)")
+    p.add_argument(
+        "files",
+        nargs="*",
+        type=Path,
+        help="scenario files or shipped drill names (see --list; default: the shipped set)",
+    )
     p.add_argument(
         "--kubeconfig",
         type=Path,
@@ -128,6 +150,26 @@ def add_parser(sub: Any) -> None:
         metavar="N",
         help="with --in-cluster: use node N (repeat for drills with several nodes, in the scenario's order); "
         "default: every node with a ready plugin pod, by name",
+    )
+    p.add_argument(
+        "--real-node",
+        action="store_true",
+        help="run each named single-node drill on this machine's real kubelet and containerd instead of an "
+        "emulated node (see above; drills that need an emulated node are refused up front)",
+    )
+    p.add_argument(
+        "--address",
+        default=DEFAULT_REAL_NODE_ADDRESS,
+        metavar="IP",
+        help=f"with --real-node: the node's loopback address, also its name (default {DEFAULT_REAL_NODE_ADDRESS})",
+    )
+    p.add_argument(
+        "--ca",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="with --real-node and --kubeconfig: the cluster CA (ca.crt, ca.key) signing the kubelet's "
+        "certificates (default: the pki/ next to the kubeconfig, as `fakedev cluster up` leaves it)",
     )
     p.add_argument(
         "--report-dir",
@@ -194,6 +236,15 @@ def _log_to(path: Path) -> None:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RealNodeTarget:
+    """Where ``--real-node`` drills: the node's address, and the cluster CA (None: the private control plane's, or
+    the ``pki/`` next to the kubeconfig)."""
+
+    address: str = DEFAULT_REAL_NODE_ADDRESS
+    ca: Path | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class InClusterTarget:
     """Where ``--in-cluster`` drills: the chart's namespace and, optionally, which nodes."""
 
@@ -209,11 +260,24 @@ def run_scenarios(
     title: str,
     verbosity: int = 1,
     in_cluster: InClusterTarget | None = None,
+    real_node: RealNodeTarget | None = None,
 ) -> tuple[list[DrillResult], int]:
     _log_to(report_dir / "drills.log")
     with _cluster(kubeconfig, logs_to=report_dir / "components", verbosity=verbosity) as (client, path, cluster):
 
         def environment() -> DrillEnvironment:
+            if real_node is not None:
+                ca = real_node.ca or (cluster.layout.pki if cluster is not None else path.parent / "pki")
+                settings = settings_for_cluster(
+                    client=client, ca_dir=ca, address=real_node.address, lock_timeout=REAL_NODE_LOCK_SECONDS
+                )
+                return RealNodeDrillEnvironment(
+                    client=client,
+                    kubeconfig=path,
+                    settings=settings,
+                    logs_to=report_dir / "real-node",
+                    progress=_say,
+                )
             if in_cluster is None:
                 return FakedevDrillEnvironment(client=client, kubeconfig=path)
             return ChartDrillEnvironment(
@@ -232,8 +296,27 @@ def run_scenarios(
     print(render_console(cases, title=title))
     extra = ", matrix.md" if gates else ""
     extra += ", components/ (the control plane's logs)" if cluster is not None else ""
+    extra += ", real-node/ (the real node's logs per drill)" if real_node is not None else ""
     print(f"HTML report: {report_dir / 'report.html'} (also junit.xml, report.json{extra}, drills.log)")
     return results, compute_exit_code(cases)
+
+
+def scenario_file(arg: Path) -> Path:
+    """A scenario file as given, or a shipped drill by name (``kubevirt-pci``, ``matrix/<name>``)."""
+    if arg.suffix in (".yaml", ".yml") or arg.exists():
+        return arg
+    shipped = shipped_scenario(str(arg))
+    if not shipped.is_file():
+        raise SystemExit(f"fakedev drill: {arg} is neither a scenario file nor a shipped drill (see --list)")
+    return shipped
+
+
+def real_node_refused(scenarios: Sequence[Scenario]) -> str | None:
+    """Why some of ``scenarios`` cannot run on the real node (every drill and step named), None when all can."""
+    lines = [f"  {s.name}: {reason}" for s in scenarios for reason in real_node_refusals(s)]
+    if not lines:
+        return None
+    return "fakedev drill --real-node: refused before starting anything:\n" + "\n".join(lines)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -242,21 +325,36 @@ def _run(args: argparse.Namespace) -> int:
             s = load_scenario(shipped_scenario(name))
             print(f"{name:<40} {s.description}")
         return 0
-    files = args.files or [shipped_scenario(n) for n in drill_set(args.set)]
     if args.kubeconfig is not None and args.component_verbosity != 1:
         raise SystemExit("fakedev drill: --component-verbosity is for the private control plane, not --kubeconfig")
     if args.in_cluster and args.kubeconfig is None:
         raise SystemExit("fakedev drill: --in-cluster needs --kubeconfig (the cluster the chart is installed in)")
     if not args.in_cluster and (args.node or args.chart_namespace != DEFAULT_CHART_NAMESPACE):
         raise SystemExit("fakedev drill: --node and --chart-namespace go with --in-cluster")
+    if args.real_node and args.in_cluster:
+        raise SystemExit("fakedev drill: --real-node and --in-cluster are two different kinds of node; pick one")
+    if not args.real_node and (args.address != DEFAULT_REAL_NODE_ADDRESS or args.ca is not None):
+        raise SystemExit("fakedev drill: --address and --ca go with --real-node")
+    if args.real_node and not args.files:
+        raise SystemExit(
+            "fakedev drill --real-node: name the drills to run (files or shipped names, e.g. kubevirt-pci); the "
+            "shipped sets hold multi-node drills and faults only emulated nodes can suffer"
+        )
+    files = [scenario_file(f) for f in args.files] or [shipped_scenario(n) for n in drill_set(args.set)]
     target = InClusterTarget(chart_namespace=args.chart_namespace, nodes=tuple(args.node)) if args.in_cluster else None
     scenarios = repeated([load_scenario(f) for f in files], times=args.repeat)
+    real = RealNodeTarget(address=args.address, ca=args.ca) if args.real_node else None
+    if real is not None:
+        refused = real_node_refused(scenarios)
+        if refused is not None:
+            raise SystemExit(refused)
     _, code = run_scenarios(
         scenarios,
         kubeconfig=args.kubeconfig,
         report_dir=args.report_dir,
-        title="fakedev drills",
+        title="fakedev drills" + (f" on the real node {real.address}" if real is not None else ""),
         verbosity=args.component_verbosity,
         in_cluster=target,
+        real_node=real,
     )
     return code

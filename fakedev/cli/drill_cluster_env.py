@@ -30,10 +30,10 @@ from fakedev.plugin.device_faults import (
 )
 from fakedev.render import Schema
 from harness.drills.in_cluster import InClusterMeans, plan_in_cluster
-from harness.drills.runner import StepBlocked, StepFailed
+from harness.drills.runner import NodeKind, StepBlocked, StepFailed
 from harness.drills.scenario import FaultKind, FaultStep, NodeSpec, Scenario
 from harness.errors import NotReadyError
-from harness.node.layout import NodeLayout
+from harness.kubevirt.verify import NodeView
 from harness.procs import wait_for
 from kubeclient import ApiError, JsonObj, KubeClient
 from kubeclient.resources import DEVICE_FAULTS, PODS, RESOURCE_SLICES
@@ -141,9 +141,13 @@ class ChartDrillEnvironment:
 
     # -- what the runner reads -------------------------------------------------------------------------------------
 
-    def node_layout(self, node: str) -> NodeLayout | None:
+    @property
+    def node_kind(self) -> NodeKind:
+        return NodeKind.CLUSTER
+
+    def node_view(self, node: str) -> NodeView | None:
         del node
-        return None  # a real node's files are not ours to read
+        return None  # a cluster node's files are not this machine's to read
 
     def pod_logs(self, namespace: str, name: str) -> str:
         status, text = self.client.get_text(f"/api/v1/namespaces/{namespace}/pods/{name}/log", timeout=10)

@@ -21,8 +21,9 @@ from fakedev.nics import hardware
 from fakedev.plugin.protocol import Call, ControlClient
 from fakedev.render import Schema, SchemaPin, parse_schema
 from harness.cluster.nodes import DEFAULT_CAPACITY
-from harness.drills.runner import StepFailed
+from harness.drills.runner import NodeKind, StepFailed
 from harness.drills.scenario import FaultKind, FaultStep, NodeSpec, Scenario
+from harness.kubevirt.verify import NodeView, emulated_node_view
 from harness.node.background import BackgroundLoop
 from harness.node.drivers import DriverProcess
 from harness.node.layout import NodeLayout, node_run_id
@@ -34,14 +35,14 @@ from kubeletapi.types import HealthState
 DRIVER_OF_SCHEMA = {s.value: s.driver for s in Schema}
 
 
-def _profile_path(profile: str, *, scenario: Scenario) -> str:
+def scenario_profile(profile: str, *, scenario: Scenario) -> str:
     """A profile file named by a scenario is relative to the scenario; a bare name is a built-in profile."""
     if profile.endswith((".yaml", ".yml")) and not Path(profile).is_absolute():
         return str((scenario.path.parent / profile).resolve())
     return profile
 
 
-def _pins(spec: NodeSpec) -> tuple[tuple[Schema, SchemaPin], ...]:
+def node_pins(spec: NodeSpec) -> tuple[tuple[Schema, SchemaPin], ...]:
     """The node's drivers as schemas and release pins (``nvidia@main``); an unknown release fails the set-up."""
     try:
         return tuple(parse_schema(d) for d in spec.drivers)
@@ -66,6 +67,10 @@ class FakedevDrillEnvironment:
     nodes: dict[str, EmulatedNode] = field(default_factory=dict)
     fabric: str | None = None
 
+    @property
+    def node_kind(self) -> NodeKind:
+        return NodeKind.EMULATED
+
     # -- nodes -----------------------------------------------------------------------------------------------------
 
     def start_nodes(self, scenario: Scenario, *, prefix: str) -> dict[str, str]:
@@ -79,12 +84,12 @@ class FakedevDrillEnvironment:
             rootfs_cache=self.base / "cache",
         )
         for spec in scenario.nodes:
-            pins = _pins(spec)
+            pins = node_pins(spec)
             schemas = tuple(schema for schema, _ in pins) if pins else None
             rig = FakeNodeRig.start(
                 RigSpec(
                     name=f"{prefix}-{spec.name}"[:63].strip("-"),
-                    profile=_profile_path(spec.profile, scenario=scenario),
+                    profile=scenario_profile(spec.profile, scenario=scenario),
                     schemas=schemas,
                     with_nics=schemas is None or Schema.DRANET in schemas,
                     fabric=self.fabric,
@@ -115,6 +120,10 @@ class FakedevDrillEnvironment:
             if n.rig.name == node:
                 return n.rig.layout
         return None
+
+    def node_view(self, node: str) -> NodeView | None:
+        layout = self.node_layout(node)
+        return None if layout is None else emulated_node_view(layout)
 
     def pod_logs(self, namespace: str, name: str) -> str:
         for node in self.nodes.values():

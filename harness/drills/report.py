@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 from harness.drills.requirements import Gate
-from harness.drills.runner import DrillResult, Sample
+from harness.drills.runner import DrillResult, NodeKind, Sample
 from harness.reports import CaseResult
 
 LANE_HEIGHT: Final = 22
@@ -27,6 +27,11 @@ COLORS: Final[Mapping[str, str]] = {
     "Unknown": "#fb8c00",
     "Healthy": "#43a047",
     "?": "#eeeeee",
+}
+NODE_KIND_TEXT: Final[Mapping[NodeKind, str]] = {
+    NodeKind.EMULATED: "emulated nodes",
+    NodeKind.REAL: "the real node (this machine's kubelet and containerd)",
+    NodeKind.CLUSTER: "the cluster's nodes running the fakedev chart",
 }
 
 
@@ -127,6 +132,8 @@ def render_html(results: Sequence[DrillResult], *, title: str) -> str:
         )
         drivers = {n.name: f" ({', '.join(n.drivers)})" if n.drivers else "" for n in r.scenario.nodes}
         nodes = ", ".join(f"{k} → {v}{drivers.get(k, '')}" for k, v in r.nodes.items())
+        if r.node_kind is not None:
+            nodes = f"{NODE_KIND_TEXT[r.node_kind]}: {nodes}"
         sections.append(
             f'<section class="drill" id="{html.escape(r.scenario.name)}"><h2>{html.escape(r.scenario.name)} — '
             f'<span class="{r.outcome}">{r.outcome}</span></h2>'
@@ -184,6 +191,8 @@ def drills_json(results: Sequence[DrillResult]) -> list[dict[str, object]]:
             "message": r.message,
             "seconds": r.seconds,
             "nodes": dict(r.nodes),
+            "nodeKind": None if r.node_kind is None else r.node_kind.value,
+            "outputs": dict(r.outputs),
             "steps": [
                 {
                     "index": st.index,

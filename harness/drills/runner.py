@@ -9,6 +9,7 @@ fault kind's :attr:`~harness.drills.scenario.FaultKind.performer`.
 from __future__ import annotations
 
 import contextlib
+import enum
 import os
 import re
 import threading
@@ -33,7 +34,7 @@ from harness.drills.scenario import (
 )
 from harness.kube.manifests import apply_objects, load_manifests
 from harness.kube.waits import describe_pod
-from harness.node.layout import NodeLayout
+from harness.kubevirt.verify import NodeView
 from kubeclient import ApiError, JsonObj, KubeClient
 from kubeclient.resources import (
     DEVICE_CLASSES,
@@ -55,13 +56,29 @@ _COMPONENTS: Final[Mapping[FaultKind, str]] = {
     FaultKind.ETCD_START: "etcd",
 }
 """The control-plane component each component fault stops or starts."""
+OUTPUT_KEEP: Final = 8000
+"""Characters of a pod's output the report keeps (its end), per pod whose output a condition read."""
 _PLACEHOLDER: Final = re.compile(r"\{\{\s*(node|class|namespace)(?::([a-z0-9-]+))?\s*\}\}")
 
 Progress = Callable[[str], None]
 
 
+class NodeKind(enum.StrEnum):
+    """What kind of node a drill ran on (the report says it)."""
+
+    EMULATED = "emulated"
+    """Nodes of the node emulator (runc containers), one per scenario node."""
+    REAL = "real"
+    """The real kubelet and containerd of this machine (``--real-node``), for a single-node scenario."""
+    CLUSTER = "cluster"
+    """The cluster's own nodes running the fakedev chart (``--in-cluster``)."""
+
+
 class DrillEnvironment(Protocol):
     """What a driver (and its emulated nodes) must provide so drills can act on them."""
+
+    @property
+    def node_kind(self) -> NodeKind: ...
 
     def start_nodes(self, scenario: Scenario, *, prefix: str) -> dict[str, str]:
         """Start the scenario's nodes and drivers; return scenario node name → real node name."""
@@ -75,8 +92,9 @@ class DrillEnvironment(Protocol):
 
     def pod_logs(self, namespace: str, name: str) -> str: ...
 
-    def node_layout(self, node: str) -> NodeLayout | None:
-        """The emulated node's files (kubelet root, CDI dir, checkpoint), None if ``node`` is not one."""
+    def node_view(self, node: str) -> NodeView | None:
+        """What ``kubevirt verify`` reads on ``node`` (CDI dir, prepared claims, sysfs), None if its files are not
+        this machine's to read."""
         ...
 
     def device_health(self) -> dict[str, str]:
@@ -119,6 +137,10 @@ class DrillResult:
     samples: list[Sample] = field(default_factory=list)
     seconds: float = 0.0
     nodes: dict[str, str] = field(default_factory=dict)
+    node_kind: NodeKind | None = None
+    """None: the drill never got as far as starting nodes (blocked or refused up front)."""
+    outputs: dict[str, str] = field(default_factory=dict)
+    """Pod name → the end of its output, as last read by a condition (what the workload printed)."""
 
 
 class StepFailed(Exception):  # noqa: N818 - a verdict, not an error
@@ -227,6 +249,7 @@ class DrillRun:
             self.client.create(
                 NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}}
             )
+            result.node_kind = self.env.node_kind
             self.nodes = self.env.start_nodes(self.scenario, prefix=prefix)
             result.nodes = dict(self.nodes)
             for spec in self.scenario.nodes:
@@ -298,9 +321,16 @@ class DrillRun:
             client=self.client,
             namespace=self.namespace,
             nodes=self.nodes,
-            logs=self.env.pod_logs,
-            node_layouts=self.env.node_layout,
+            logs=self._logs,
+            node_views=self.env.node_view,
         )
+
+    def _logs(self, namespace: str, pod: str) -> str:
+        """A pod's output from the environment; the report keeps the end of what was last read."""
+        text = self.env.pod_logs(namespace, pod)
+        if text and self.result is not None:
+            self.result.outputs[pod] = text[-OUTPUT_KEEP:]
+        return text
 
     def _do(self, step: Step) -> str:
         match step:
@@ -508,8 +538,9 @@ def run_drills(
         run = DrillRun(scenario=scenario, client=client, env=env_factory(), cluster=cluster, progress=progress)
         result = run.run()
         results.append(result)
+        where = f" on {result.node_kind} node(s) {', '.join(result.nodes.values())}" if result.nodes else ""
         progress(
-            f"{scenario.name}: {result.outcome} in {result.seconds:.1f}s"
+            f"{scenario.name}: {result.outcome} in {result.seconds:.1f}s{where}"
             + (f" — {result.message}" if result.message else "")
         )
     return results

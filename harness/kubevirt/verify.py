@@ -433,14 +433,33 @@ def plugin_node_view(plugin: PluginPod, *, files: NodeFiles, read_checkpoint: Re
     the kubelet root's ``plugins`` holds its checkpoint (the claims it prepared, with their CDI IDs) and its fake
     sysfs; the CDI dir is the plugin's. The kubelet's own checkpoint is not in the pod, and not needed: the claims a
     pod uses are prepared by the plugins of their drivers."""
+    return _plugins_view(
+        files=files, plugins_dir=plugin.plugins_dir, cdi_dir=plugin.cdi_dir, read_checkpoint=read_checkpoint
+    )
+
+
+def local_plugins_view(*, kubelet_root: Path, cdi_dir: Path, read_checkpoint: ReadPluginCheckpoint) -> NodeView:
+    """A real node on this machine (``fakedev drill --real-node``): the same plugin directories and CDI dir as
+    :func:`plugin_node_view`, read from the local filesystem (the node's kubelet root is a directory of its run)."""
+    return _plugins_view(
+        files=LocalNodeFiles(),
+        plugins_dir=PurePosixPath(kubelet_root / "plugins"),
+        cdi_dir=PurePosixPath(cdi_dir),
+        read_checkpoint=read_checkpoint,
+    )
+
+
+def _plugins_view(
+    *, files: NodeFiles, plugins_dir: PurePosixPath, cdi_dir: PurePosixPath, read_checkpoint: ReadPluginCheckpoint
+) -> NodeView:
     claims: list[PreparedClaim] = []
     sysfs: dict[str, PurePosixPath] = {}
     try:
-        drivers = files.list_dir(plugin.plugins_dir)
+        drivers = files.list_dir(plugins_dir)
     except FileNotFoundError as exc:
-        raise VerifyError(f"{plugin.plugins_dir} is missing in {files.where}: is the plugins dir mounted?") from exc
+        raise VerifyError(f"{plugins_dir} is missing in {files.where}: is the plugins dir mounted?") from exc
     for driver in drivers:
-        directory = plugin.plugins_dir / driver
+        directory = plugins_dir / driver
         checkpoint = directory / PLUGIN_CHECKPOINT
         try:
             data = files.read_bytes(checkpoint)
@@ -449,7 +468,7 @@ def plugin_node_view(plugin: PluginPod, *, files: NodeFiles, read_checkpoint: Re
         claims += read_checkpoint(data, f"{checkpoint} in {files.where}")
         if files.exists(directory / PLUGIN_SYSFS):
             sysfs[driver] = directory / PLUGIN_SYSFS
-    return NodeView(files=files, cdi_dirs=(plugin.cdi_dir,), claims=tuple(claims), sysfs_roots=sysfs)
+    return NodeView(files=files, cdi_dirs=(cdi_dir,), claims=tuple(claims), sysfs_roots=sysfs)
 
 
 def emulated_container_log(layout: NodeLayout, *, pod: Mapping[str, Any], container: str) -> str | None:

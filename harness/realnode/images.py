@@ -2,7 +2,9 @@
 ``ctr images import`` reads, one gzip layer each, reproducible (fixed mtimes, sorted entries) and cached by content.
 
 - the sandbox ("pause") image: the static ``pause`` program built with the node binaries;
-- ``busybox``: the Debian busybox-static rootfs the node emulator runs containers from.
+- ``busybox``: the Debian busybox-static rootfs the node emulator runs containers from;
+- the local images (:data:`harness.runtime.images.LOCAL_IMAGES`, e.g. the virt-launcher stand-in): the same tree the
+  emulator runs them from, under the name pods use.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from harness.errors import ComponentError
+from harness.runtime.images import LOCAL_IMAGES, ensure_image
 from harness.runtime.rootfs import ensure_rootfs
 
 PAUSE_IMAGE: Final = "fakedev.local/pause:v1"
@@ -137,3 +141,17 @@ def ensure_images(*, pause_binary: Path, cache_root: Path) -> tuple[ImageTarball
             write_image(name=name, root=root, command=command, destination=path)
         out.append(ImageTarball(name=name, path=path))
     return out[0], out[1]
+
+
+def ensure_local_image(image: str, *, cache_root: Path) -> ImageTarball:
+    """The image tarball of a local image (busybox plus the image's program, built from this repository), named
+    ``image`` so that importing it into a node's containerd and registry serves the name the pod spec writes. Its
+    command is the program; cached by the tree's content, like the emulator's tree it is made from."""
+    program = LOCAL_IMAGES.get(image)
+    if program is None:
+        raise ComponentError(f"{image} is not a local image (local images: {', '.join(LOCAL_IMAGES)})")
+    tree = ensure_image(image, cache_root=cache_root)
+    path = cache_root / "realnode-images" / f"{image.replace('/', '_').replace(':', '_')}-{tree.name}.tar"
+    if not path.exists():
+        write_image(name=image, root=tree, command=[f"/{program.path_in_image}"], destination=path)
+    return ImageTarball(name=image, path=path)

@@ -285,8 +285,8 @@ def test_field_filter_values_name_scenario_nodes(kube: KubeClient, test_namespac
         pytest.param(None, "launcher pod p carries no VMI_JSON", id="no-vmi"),
         pytest.param(
             {"VMI_JSON": json.dumps({"kind": "VirtualMachineInstance"})},
-            "launcher pod p is not on an emulated node",
-            id="not-on-an-emulated-node",
+            "launcher pod p is not bound to a node",
+            id="not-on-a-node",
         ),
     ],
 )

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from fakedev.cli.kubevirt import plugin_claims
+from fakedev.cli.plugin_claims import plugin_claims
 from fakedev.cli.rig import plugin_command
 from fakedev.render.published import Schema
 from harness.cluster.local import LocalCluster
