@@ -45,7 +45,7 @@ from kubeclient.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS, RESOURCE
 from linuxns import netlink
 
 pytestmark = [pytest.mark.cluster, pytest.mark.privileged, pytest.mark.xdist_group(name="realnode")]
-REAL_NODE_ADDRESS = "127.0.0.3"
+REAL_NODE_ADDRESS = "127.0.0.7"
 NIC_CLASS = "diff-nic"
 T = TypeVar("T")
 

@@ -23,7 +23,7 @@ from kubeclient.resources import EVENTS, NODES, PODS
 from linuxns import netlink
 
 pytestmark = [pytest.mark.cluster, pytest.mark.privileged, pytest.mark.xdist_group(name="realnode")]
-REAL_NODE_ADDRESS = "127.0.0.6"
+REAL_NODE_ADDRESS = "127.0.0.9"
 FORWARD_PORT = 18431
 
 

@@ -23,7 +23,7 @@ from harness.procs import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.privileged, pytest.mark.xdist_group(name="realnode")]
 
-ADDRESS = "127.0.0.4"
+ADDRESS = "127.0.0.8"
 SEED = Path(__file__).parents[2] / "fakedev" / "examples" / "seed-extended-resource.yaml"
 POD = "extended-resource-dra-demo"
 
