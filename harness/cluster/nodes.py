@@ -130,7 +130,8 @@ def delete_node(client: KubeClient, *, name: str) -> None:
 
 @dataclass(kw_only=True)
 class NodeHeartbeats:
-    """Keeps the Leases (and Ready heartbeat) of emulated nodes fresh from one background thread."""
+    """Keeps the Leases of emulated nodes fresh from one background thread (their Ready condition is written once,
+    at registration)."""
 
     client: KubeClient
     interval: float = RENEW_SECONDS

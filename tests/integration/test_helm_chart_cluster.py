@@ -20,6 +20,7 @@ from harness.cluster.nodes import NodeHeartbeats, delete_node, register_node
 from harness.kube.waits import wait_list
 from harness.node.dra_client import DraConnection
 from harness.node.drivers import DriverContext, render_driver_argv
+from harness.procs import wait_for
 from kubeclient import JsonObj, KubeClient
 from kubeclient.resources import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, Resource
 from kubeletapi import DRA_V1_VERSION
@@ -69,14 +70,31 @@ def test_rendered_chart_is_accepted_by_the_api_server(
 
 
 @pytest.fixture
-def chart_rbac(local_cluster: LocalCluster, test_namespace: str, unique_name: str) -> Iterator[str]:
+def chart_rbac(local_cluster: LocalCluster, kube: KubeClient, test_namespace: str, unique_name: str) -> Iterator[str]:
     """The chart's ServiceAccount, ClusterRole and binding created for real (release ``unique_name``); yields the
-    ServiceAccount's name. The cluster-scoped objects are deleted afterwards."""
+    ServiceAccount's name once the API server's authorizer has seen the binding (its RBAC cache follows the objects
+    through an informer, so an answer right after the apply may still be "no"). The cluster-scoped objects are
+    deleted afterwards."""
     objects = [o for o in helm_template(release=unique_name, namespace=test_namespace) if o["kind"] in RBAC_KINDS]
     assert sorted(o["kind"] for o in objects) == sorted(RBAC_KINDS)
     manifest = yaml.safe_dump_all(objects)
     _kubectl(local_cluster, "apply", "-f", "-", stdin=manifest)
     (account,) = (o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount")
+    user = f"system:serviceaccount:{test_namespace}:{account}"
+    wait_for(
+        lambda: bool(
+            kube.create(
+                SUBJECT_ACCESS_REVIEWS,
+                {
+                    "apiVersion": "authorization.k8s.io/v1",
+                    "kind": "SubjectAccessReview",
+                    "spec": {"user": user, "resourceAttributes": {"verb": "get", "resource": "nodes"}},
+                },
+            )["status"].get("allowed")
+        ),
+        timeout=30,
+        what=f"the authorizer to see the chart's ClusterRoleBinding for {user}",
+    )
     yield account
     _kubectl(local_cluster, "delete", "--ignore-not-found", "--wait=false", "-f", "-", stdin=manifest, check=False)
 
