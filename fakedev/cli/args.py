@@ -23,6 +23,38 @@ def positive_count(text: str) -> int:
     return value
 
 
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./")
+
+
+def _label_key(key: str, *, what: str) -> str:
+    if not key or not set(key) <= _NAME_CHARS or key.count("/") > 1 or key.startswith(("-", ".", "/")):
+        raise argparse.ArgumentTypeError(f"{what} key {key!r}: letters, digits, '-', '_', '.' and one '/' prefix")
+    return key
+
+
+def node_label(text: str) -> tuple[str, str]:
+    """An ``argparse`` type: ``KEY=VALUE`` (a Node label)."""
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"label {text!r}: expected KEY=VALUE")
+    if value and not set(value) <= _NAME_CHARS - {"/"}:
+        raise argparse.ArgumentTypeError(f"label {text!r}: a value has letters, digits, '-', '_' and '.' only")
+    return _label_key(key, what="label"), value
+
+
+def node_taint(text: str) -> dict[str, str]:
+    """An ``argparse`` type: ``KEY[=VALUE]:EFFECT`` as ``kubectl taint`` writes it (a Node taint)."""
+    spec, sep, effect = text.rpartition(":")
+    if not sep or effect not in TAINT_EFFECTS:
+        raise argparse.ArgumentTypeError(f"taint {text!r}: expected KEY[=VALUE]:EFFECT, EFFECT one of {TAINT_EFFECTS}")
+    key, _eq, value = spec.partition("=")
+    taint = {"key": _label_key(key, what="taint"), "effect": effect}
+    if value:
+        taint["value"] = value
+    return taint
+
+
 def schema_pin(text: str) -> tuple[Schema, SchemaPin]:
     """An ``argparse`` type: ``SCHEMA[@RELEASE]`` (``nvidia``, ``nvidia@v25.12.0``); unknown names list the known."""
     try:

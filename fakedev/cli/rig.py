@@ -201,6 +201,10 @@ class RigSpec:
     wipe_grace: float = SLICE_WIPE_GRACE
     capacity: Mapping[str, str] | None = None
     """The Node's capacity; None: the emulator's default."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """Extra Node labels (besides the emulator's own)."""
+    taints: tuple[Mapping[str, str], ...] = ()
+    """Taints the Node is created with ({key, value, effect})."""
     plugin_args: tuple[str, ...] = ()
     """Extra flags for every fake plugin (e.g. ``--log-level WARNING``)."""
     pins: tuple[SchemaPin, ...] = ()
@@ -253,6 +257,8 @@ class FakeNodeRig:
                 rootfs_cache=site.rootfs_cache,
                 node_netns=hardware.nics.hardware.node_netns if hardware and hardware.nics else None,
                 capacity=spec.capacity,
+                labels=spec.labels,
+                taints=spec.taints,
             ),
             client=site.client,
             loop=site.loop,

@@ -21,7 +21,8 @@ RENEW_SECONDS: Final = 10.0
 DEFAULT_CAPACITY: Final[Mapping[str, str]] = {"cpu": "64", "memory": "512Gi", "pods": "250", "ephemeral-storage": "1Ti"}
 
 
-def render_node(*, name: str, labels: Mapping[str, str]) -> JsonObj:
+def render_node(*, name: str, labels: Mapping[str, str], taints: Sequence[Mapping[str, str]] = ()) -> JsonObj:
+    """A Node labelled as emulated (plus ``labels``), with ``taints`` ({key, value, effect}) in its spec."""
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -35,12 +36,17 @@ def render_node(*, name: str, labels: Mapping[str, str]) -> JsonObj:
                 **labels,
             },
         },
-        "spec": {},
+        "spec": {"taints": [dict(t) for t in taints]} if taints else {},
     }
 
 
 def render_node_status(
-    *, name: str, capacity: Mapping[str, str], now: datetime.datetime, declared_features: Sequence[str] = ()
+    *,
+    name: str,
+    capacity: Mapping[str, str],
+    now: datetime.datetime,
+    declared_features: Sequence[str] = (),
+    container_runtime: str = "runc://unknown",
 ) -> JsonObj:
     stamp = render_time(now)
 
@@ -70,7 +76,7 @@ def render_node_status(
             "nodeInfo": {
                 "kubeletVersion": KUBERNETES_VERSION,
                 "kubeProxyVersion": "",
-                "containerRuntimeVersion": "runc://1.1.5",
+                "containerRuntimeVersion": container_runtime,
                 "operatingSystem": "linux",
                 "architecture": "amd64",
                 "osImage": "fakedev emulated node",
@@ -91,18 +97,25 @@ def register_node(
     labels: Mapping[str, str] | None = None,
     capacity: Mapping[str, str] | None = None,
     declared_features: Sequence[str] = (),
+    taints: Sequence[Mapping[str, str]] = (),
+    container_runtime: str = "runc://unknown",
 ) -> JsonObj:
     """Create (or adopt) the Node, mark it Ready with capacity (and the node features it declares, which the
-    scheduler checks before using devices that need them), and take its Lease."""
+    scheduler checks before using devices that need them), and take its Lease. ``taints`` apply to a Node created
+    here; an adopted Node keeps the taints it has (someone may have cordoned or tainted it meanwhile)."""
     node = client.get_or_none(NODES, name)
     if node is None:
         try:
-            node = client.create(NODES, render_node(name=name, labels=labels or {}))
+            node = client.create(NODES, render_node(name=name, labels=labels or {}, taints=taints))
         except ApiError as exc:
             if exc.status != 409:
                 raise
     status = render_node_status(
-        name=name, capacity=capacity or DEFAULT_CAPACITY, now=utc_now(), declared_features=declared_features
+        name=name,
+        capacity=capacity or DEFAULT_CAPACITY,
+        now=utc_now(),
+        declared_features=declared_features,
+        container_runtime=container_runtime,
     )
     node = client.patch(NODES, name, status, subresource="status", patch_type="strategic")
     renew_lease(client, name=name)

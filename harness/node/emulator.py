@@ -29,7 +29,7 @@ from harness.node.pods import PodClaims, PodWorker
 from harness.procs import RunDir, open_run_dir
 from harness.runtime.images import LOCAL_IMAGES, ensure_image
 from harness.runtime.rootfs import ensure_rootfs
-from harness.runtime.runc import Runc
+from harness.runtime.runc import Runc, runc_version
 from kubeclient import ApiError, KubeClient
 from kubeclient.resources import PODS, RESOURCE_SLICES
 from kubeletapi.types import DeviceHealth
@@ -55,6 +55,8 @@ class NodeSettings:
     """The namespace holding the node's NICs (netDevices move from here); None: the emulator's own."""
     slice_wipe_grace: float = SLICE_WIPE_GRACE
     labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Mapping[str, str], ...] = ()
+    """Taints ({key, value, effect}) the Node is created with."""
     capacity: Mapping[str, str] | None = None
     rootfs_cache: Path | None = None
     unmanaged_label: str | None = None
@@ -142,6 +144,8 @@ class NodeEmulator:
             labels=s.labels,
             capacity=s.capacity,
             declared_features=DECLARED_FEATURES,
+            taints=s.taints,
+            container_runtime=f"runc://{runc_version(self.runtime.binary)}",
         )
         if self.heartbeats is None:
             self.heartbeats = NodeHeartbeats(client=self.client)

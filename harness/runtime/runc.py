@@ -102,6 +102,23 @@ def runc_moves_net_devices(binary: str) -> bool:
     return out.returncode == 0 and compute_net_devices_support(out.stdout)
 
 
+def parse_runc_version(text: str) -> str:
+    """``runc --version``'s first line (``runc version 1.5.3``) → ``1.5.3``; ``unknown`` if it says otherwise."""
+    first = text.splitlines()[0] if text.strip() else ""
+    words = first.split()
+    return words[2] if len(words) >= 3 and words[:2] == ["runc", "version"] else "unknown"
+
+
+@functools.cache
+def runc_version(binary: str) -> str:
+    """What the Node reports as its container runtime (``runc://<version>``), asked once per binary."""
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=False, timeout=RUNC_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return parse_runc_version(out.stdout)
+
+
 def _recorded_binary(root: Path) -> str | None:
     try:
         recorded = (root / BINARY_RECORD).read_text().strip()
