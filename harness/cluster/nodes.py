@@ -119,6 +119,7 @@ def register_node(
     )
     node = client.patch(NODES, name, status, subresource="status", patch_type="strategic")
     renew_lease(client, name=name)
+    own_lease(client, node=node)
     return node
 
 
@@ -131,6 +132,26 @@ def renew_lease(client: KubeClient, *, name: str) -> None:
         "spec": {"holderIdentity": name, "leaseDurationSeconds": LEASE_SECONDS, "renewTime": now},
     }
     client.apply(LEASES, body, namespace=LEASE_NAMESPACE)
+
+
+LEASE_OWNER_MANAGER: Final = "fakedev-node-lease-owner"
+
+
+def own_lease(client: KubeClient, *, node: JsonObj) -> None:
+    """Make the Node the owner of its Lease, as the kubelet does, so the garbage collector removes a Lease whose Node
+    was deleted without it (a fleet replica that died, a Node deleted by hand). A field manager of its own: the
+    renewals' apply owns only the spec and would otherwise drop the reference."""
+    meta = node["metadata"]
+    body = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": meta["name"],
+            "namespace": LEASE_NAMESPACE,
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": meta["name"], "uid": meta["uid"]}],
+        },
+    }
+    client.apply(LEASES, body, namespace=LEASE_NAMESPACE, field_manager=LEASE_OWNER_MANAGER)
 
 
 def delete_node(client: KubeClient, *, name: str) -> None:

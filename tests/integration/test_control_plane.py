@@ -11,14 +11,17 @@ from pathlib import Path
 import pytest
 
 from harness.cluster.local import LocalCluster
-from harness.cluster.nodes import NodeHeartbeats, delete_node, register_node
+from harness.cluster.nodes import LEASE_NAMESPACE, NodeHeartbeats, delete_node, register_node, renew_lease
 from harness.drills.requirements import cluster_gates
 from harness.kube.manifests import apply_objects, load_manifest_file
 from harness.kube.waits import wait_object
+from harness.procs import wait_for
 from kubeclient.client import KubeClient
 from kubeclient.resources import (
     DEVICE_CLASSES,
     DEVICE_TAINT_RULES,
+    LEASES,
+    NODES,
     PODS,
     RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
@@ -237,3 +240,20 @@ def test_noexecute_taint_rule_makes_the_eviction_controller_delete_the_pod(
     finally:
         kube.delete(DEVICE_TAINT_RULES, unique_name)
         kube.delete(PODS, "victim", namespace=test_namespace, grace_seconds=0)
+
+
+def test_a_nodes_lease_is_owned_by_it_and_goes_with_it(kube: KubeClient, unique_name: str) -> None:
+    """A Node deleted without its Lease (a fleet replica died, someone ran kubectl delete node) takes the Lease along:
+    the Node owns it, as a kubelet's does, and the garbage collector removes it; renewals keep the reference."""
+    node = register_node(kube, name=unique_name)
+    renew_lease(kube, name=unique_name)  # a heartbeat's apply must not drop the owner reference
+    lease = kube.get(LEASES, unique_name, namespace=LEASE_NAMESPACE)
+    assert lease["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Node", "name": unique_name, "uid": node["metadata"]["uid"]}
+    ]
+    kube.delete(NODES, unique_name)
+    wait_for(
+        lambda: kube.get_or_none(LEASES, unique_name, namespace=LEASE_NAMESPACE) is None,
+        timeout=60,
+        what="the garbage collector to remove the deleted Node's Lease",
+    )
