@@ -4,9 +4,11 @@ reporting the runc the emulator really uses, gone quietly on SIGTERM."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,9 +24,8 @@ from kubeclient.resources import NODES
 pytestmark = [pytest.mark.cluster, pytest.mark.privileged]
 
 
-def test_node_run_labels_and_taints_every_node(
-    local_cluster: LocalCluster, kube: KubeClient, unique_name: str, tmp_path: Path
-) -> None:
+def test_node_run_labels_and_taints_every_node(local_cluster: LocalCluster, kube: KubeClient, unique_name: str) -> None:
+    tmp_path = Path(tempfile.mkdtemp(prefix="fd-"))  # short: the plugins' Unix sockets live below it
     names = [f"{unique_name}-0", f"{unique_name}-1"]
     proc = subprocess.Popen(
         [
@@ -62,6 +63,7 @@ def test_node_run_labels_and_taints_every_node(
         for name in names:
             delete_node(kube, name=name)
         reap_all(base=tmp_path)
+        shutil.rmtree(tmp_path, ignore_errors=True)
     assert proc.returncode == 0, out[-3000:]
 
 

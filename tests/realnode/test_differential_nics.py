@@ -224,6 +224,18 @@ def _host_ifname(kube: KubeClient, side: NicSide, *, namespace: str, claim: str)
     raise AssertionError(f"{side.node}: device {allocated['device']} is in no slice")
 
 
+def _running(kube: KubeClient, *, namespace: str, pod: str) -> None:
+    wait_object(
+        kube,
+        PODS,
+        pod,
+        namespace=namespace,
+        timeout=120,
+        what="Running",
+        predicate=lambda p: p.get("status", {}).get("phase") == "Running",
+    )
+
+
 def _gone(kube: KubeClient, namespace: str, name: str) -> None:
     wait_for(lambda: kube.get_or_none(PODS, name, namespace=namespace) is None, timeout=90, what=f"pod {name} gone")
 
@@ -240,15 +252,7 @@ def test_a_pod_sees_its_nic_and_the_node_gets_it_back_alike(
             _pod(pod, node=side.node, claim=claim, command="ip -o link; ip -o addr; echo done; sleep 3600"),
             namespace=test_namespace,
         )
-        wait_object(
-            kube,
-            PODS,
-            pod,
-            namespace=test_namespace,
-            timeout=120,
-            what="Running",
-            predicate=lambda p: p.get("status", {}).get("phase") == "Running",
-        )
+        _running(kube, namespace=test_namespace, pod=pod)
         wait_for(lambda: "done" in side.container_output(test_namespace, pod), timeout=30, what=f"{pod}'s output")
         out = side.container_output(test_namespace, pod)
         (entry,) = kube.get(RESOURCE_CLAIMS, claim, namespace=test_namespace)["status"]["devices"]
@@ -307,15 +311,7 @@ def test_a_hot_unplugged_nic_evicts_its_pod_alike(
         claim, pod = f"unplug-{side.tag}", f"unplug-{side.tag}"
         kube.create(RESOURCE_CLAIMS, _claim(claim), namespace=test_namespace)
         kube.create(PODS, _pod(pod, node=side.node, claim=claim, command="sleep 3600"), namespace=test_namespace)
-        wait_object(
-            kube,
-            PODS,
-            pod,
-            namespace=test_namespace,
-            timeout=120,
-            what="Running",
-            predicate=lambda p: p.get("status", {}).get("phase") == "Running",
-        )
+        _running(kube, namespace=test_namespace, pod=pod)
         host = _host_ifname(kube, side, namespace=test_namespace, claim=claim)
         port = side.nics.port(host)
         assert unplug(side.nics.hardware, port)
