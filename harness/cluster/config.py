@@ -51,9 +51,8 @@ CONTROLLERS: Final = (
     # The Helm chart's plugin runs as a DaemonSet and mounts the cluster CA from kube-root-ca.crt.
     "daemonset-controller",
     "root-ca-certificate-publisher-controller",
-    # Fleets of emulated nodes run as a StatefulSet; pods bound to a decommissioned node are collected.
+    # Fleets of emulated nodes run as a StatefulSet (issue 23).
     "statefulset-controller",
-    "pod-garbage-collector-controller",
 )
 
 SERVICE_CIDR: Final = "10.0.0.0/24"
