@@ -28,6 +28,8 @@ from harness.errors import ComponentError
 
 RUN_ENV: Final = "FAKEDEV_RUN_ID"
 RUN_PREFIX: Final = "fakedev-"
+SOURCE_ROOT: Final = Path(__file__).resolve().parents[1]
+"""The directory holding the ``harness`` package: what a child Python process that imports it needs on its path."""
 _LOCK_NAME: Final = "owner.lock"
 RUN_ID_FILE: Final = "run-id"
 YOUNG_RUN_SECONDS: Final = 30.0

@@ -31,13 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-import harness
 from harness.cluster.build import NODE_GROUPS, BinarySet, cached_binaries, default_cache_root
 from harness.cluster.config import render_kubeconfig
 from harness.cluster.nodes import delete_node
 from harness.cluster.pki import Authority, CertPair
 from harness.errors import ClusterStateError, ComponentError, NotReadyError, RegistryError
-from harness.procs import Process, RunDir, kill_run_processes, open_run_dir, start_process, wait_for
+from harness.procs import SOURCE_ROOT, Process, RunDir, kill_run_processes, open_run_dir, start_process, wait_for
 from harness.realnode.cni_netdevices import render_launcher
 from harness.realnode.config import NodeLayout, render_containerd_config, render_kubelet_config
 from harness.realnode.hostlock import DEFAULT_LOCK, HostLock
@@ -300,7 +299,7 @@ class RealNode:
             (lay.cni_bin / plugin).symlink_to(self._binary(plugin))
         _write_executable(
             lay.cni_bin / NETDEVICES_PLUGIN,
-            render_launcher(python=sys.executable, sys_path=str(Path(harness.__file__).resolve().parents[1])),
+            render_launcher(python=sys.executable, sys_path=str(SOURCE_ROOT)),
         )
         subnet = pick_subnet(routes=route_networks(host_routes()))
         self.network = PodNetwork(bridge=bridge_name(self.run.run_id), subnet=subnet)

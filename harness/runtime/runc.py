@@ -63,7 +63,9 @@ def compute_runc_choice(*, override: str | None, cached: Path | None, on_path: s
     )
 
 
+@functools.cache
 def _cached_runc() -> Path | None:
+    """Checked once per process: the check hashes the 8 MB binary, and every emulated node's start asks."""
     root = default_cache_root()
     if check_cache(group=RUNC, cache_root=root) is not None:
         return None

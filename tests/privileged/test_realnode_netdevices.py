@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import harness
-from harness.procs import RunDir, open_run_dir
+from harness.procs import SOURCE_ROOT, RunDir, open_run_dir
 from harness.realnode.cni_netdevices import SANDBOX_ANNOTATION, render_launcher
 from harness.realnode.podnetwork import bridge_name
 from harness.realnode.runc_wrapper import render_runc_wrapper
@@ -89,7 +88,7 @@ def test_del_hands_the_interface_back_under_its_host_name(run: RunDir) -> None:
     spec = {"annotations": {SANDBOX_ANNOTATION: "sandbox-1"}, "linux": {"netDevices": {"eth7": {"name": "net1"}}}}
     (records / "c1.json").write_text(json.dumps(spec))
     plugin = run.path / "fakedev-netdevices"
-    plugin.write_text(render_launcher(python=sys.executable, sys_path=str(Path(harness.__file__).resolve().parents[1])))
+    plugin.write_text(render_launcher(python=sys.executable, sys_path=str(SOURCE_ROOT)))
     plugin.chmod(0o755)
     config = {"cniVersion": "1.0.0", "name": "fakedev", "records": str(records), "sourceNetns": str(netns_path(node))}
     done = subprocess.run(

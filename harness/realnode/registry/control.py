@@ -23,9 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-import harness
 from harness.errors import RegistryError
-from harness.procs import Process, RunDir, start_process, wait_for
+from harness.procs import SOURCE_ROOT, Process, RunDir, start_process, wait_for
 from harness.realnode.registry.archive import NAME_ANNOTATION, load_archive
 from harness.realnode.registry.hosts import render_registry_hosts
 from harness.realnode.registry.names import ImageRule
@@ -33,7 +32,6 @@ from harness.realnode.registry.server import ADMIN_PATH, ADMIN_TOKEN_ENV
 
 LISTEN_HOST: Final = "127.0.0.1"
 START_TIMEOUT: Final = 15.0
-_PROJECT_ROOT: Final = Path(harness.__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,7 +118,7 @@ def start_registry(
     env = {
         **os.environ,
         ADMIN_TOKEN_ENV: token,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(_PROJECT_ROOT), os.environ.get("PYTHONPATH")])),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(SOURCE_ROOT), os.environ.get("PYTHONPATH")])),
     }
     process = start_process(name=name, argv=registry_argv(port_file=port_file, rules=rules), run=run, env=env)
 
