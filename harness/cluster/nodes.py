@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -170,6 +169,8 @@ class NodeHeartbeats:
     client: KubeClient
     interval: float = RENEW_SECONDS
     nodes: set[str] = field(default_factory=set)
+    on_renew: Callable[[bool], None] | None = None
+    """Called after every Lease renewal with whether it worked (a fleet's metrics)."""
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -197,5 +198,13 @@ class NodeHeartbeats:
                 names = sorted(self.nodes)
             for name in names:
                 # An API outage must not kill the heartbeat; the next round tries again.
-                with contextlib.suppress(ApiError):
+                try:
                     renew_lease(self.client, name=name)
+                except ApiError:
+                    self._tell(ok=False)
+                else:
+                    self._tell(ok=True)
+
+    def _tell(self, *, ok: bool) -> None:
+        if self.on_renew is not None:
+            self.on_renew(ok)

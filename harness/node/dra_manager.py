@@ -14,11 +14,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from harness.errors import CheckpointCorruptError, DraCallError, PrepareError
 from harness.node.plugins import PluginManager
@@ -30,6 +31,14 @@ from kubeletapi.types import ClaimRef, PreparedDevice
 log = logging.getLogger("harness.node.dra")
 
 CHECKPOINT_VERSION: Final = "fakedev.node/dra-v1"
+PREPARE_METHOD: Final = "NodePrepareResources"
+UNPREPARE_METHOD: Final = "NodeUnprepareResources"
+
+
+class DraObserver(Protocol):
+    """Told of every NodePrepareResources / NodeUnprepareResources call the node makes (a fleet's metrics)."""
+
+    def observe_dra_call(self, *, method: str, driver: str, seconds: float, ok: bool) -> None: ...
 
 
 @dataclass(kw_only=True)
@@ -156,6 +165,7 @@ class DraManager:
     claims: dict[str, ClaimInfo] = field(default_factory=dict)
     calls: list[tuple[str, str, list[str]]] = field(default_factory=list)
     """(method, driver, claim UIDs) of every gRPC call made, in order — what conformance checks and drills read."""
+    observer: DraObserver | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def load(self) -> None:
@@ -242,11 +252,14 @@ class DraManager:
         if inst is None:
             raise PrepareError(f"DRA driver {driver} is not registered on node {self.node_name}")
         refs = [i.ref for i in infos]
-        self.calls.append(("NodePrepareResources", driver, [r.uid for r in refs]))
+        self.calls.append((PREPARE_METHOD, driver, [r.uid for r in refs]))
+        started = time.perf_counter()
         try:
             answer = await inst.connection.prepare(refs, version=inst.registration.dra_version)
         except DraCallError as exc:
+            self._observe(PREPARE_METHOD, driver=driver, started=started, ok=False)
             raise PrepareError(f"NodePrepareResources of {driver} failed: {exc}") from exc
+        self._observe(PREPARE_METHOD, driver=driver, started=started, ok=all(not r.error for r in answer.values()))
         unknown = set(answer) - {r.uid for r in refs}
         if unknown:
             raise PrepareError(f"{driver} answered for claims it was not asked about: {sorted(unknown)}")
@@ -283,11 +296,14 @@ class DraManager:
         if inst is None:
             raise PrepareError(f"cannot unprepare: DRA driver {driver} is not registered on node {self.node_name}")
         refs = [i.ref for i in infos]
-        self.calls.append(("NodeUnprepareResources", driver, [r.uid for r in refs]))
+        self.calls.append((UNPREPARE_METHOD, driver, [r.uid for r in refs]))
+        started = time.perf_counter()
         try:
             answer = await inst.connection.unprepare(refs, version=inst.registration.dra_version)
         except DraCallError as exc:
+            self._observe(UNPREPARE_METHOD, driver=driver, started=started, ok=False)
             raise PrepareError(f"NodeUnprepareResources of {driver} failed: {exc}") from exc
+        self._observe(UNPREPARE_METHOD, driver=driver, started=started, ok=not any(answer.values()))
         failed = []
         for info in infos:
             error = answer.get(info.uid)
@@ -300,6 +316,10 @@ class DraManager:
         self._save()
         if failed:
             raise PrepareError(f"unprepare by {driver} failed: {'; '.join(failed)}")
+
+    def _observe(self, method: str, *, driver: str, started: float, ok: bool) -> None:
+        if self.observer is not None:
+            self.observer.observe_dra_call(method=method, driver=driver, seconds=time.perf_counter() - started, ok=ok)
 
     def device_users(self, *, driver: str, pool: str, device: str) -> list[tuple[ClaimInfo, PreparedDevice]]:
         """Claims (and the prepared device entry) that hold a device — to map health reports to pods."""

@@ -17,11 +17,12 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
 
 from harness.cluster.nodes import NodeHeartbeats, register_node
-from harness.node.dra_manager import DraManager
+from harness.node.dra_manager import DraManager, DraObserver
 from harness.node.layout import NodeLayout
 from harness.node.plugins import PluginManager
 from harness.node.podclaims import compute_pod_claims, compute_resource_status_name
@@ -45,6 +46,16 @@ lets drills exercise (kube-apiserver refuses such slices from nodes that do not 
 WATCH_SECONDS: Final = 30
 
 
+class PodMode(StrEnum):
+    """What the emulator does with a pod whose claims it prepared."""
+
+    CONTAINERS = "containers"
+    """Run its containers under runc in a network namespace of its own, with the CDI edits applied."""
+    STATUS = "status"
+    """Only mark it Running (no runc, rootfs, sandbox or container): for scale runs whose point is the control plane.
+    Claims are still prepared and unprepared through the driver, and health still reaches the pod's status."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class NodeSettings:
     name: str
@@ -61,6 +72,10 @@ class NodeSettings:
     rootfs_cache: Path | None = None
     unmanaged_label: str | None = None
     """Pods carrying this label (value "true") are left alone: the conformance suite prepares their claims itself."""
+    pod_mode: PodMode = PodMode.CONTAINERS
+    registry_poll_seconds: float | None = None
+    """Find plugin sockets by polling the registry directory this often instead of watching it with inotify (a process
+    emulating hundreds of nodes would need an inotify instance per node; the default limit is 128 per user)."""
 
 
 @dataclass(kw_only=True)
@@ -68,6 +83,7 @@ class NodeEmulator:
     settings: NodeSettings
     client: KubeClient
     heartbeats: NodeHeartbeats | None = None
+    observer: DraObserver | None = None
     run: RunDir = field(init=False)
     plugins: PluginManager = field(init=False)
     dra: DraManager = field(init=False)
@@ -126,9 +142,21 @@ class NodeEmulator:
         layout.make_dirs()
         self.runtime = Runc.at(layout.runc)
         self.rootfs_template = await asyncio.to_thread(ensure_rootfs, cache_root=s.rootfs_cache or layout.cache)
-        self.plugins = PluginManager(registry_dir=layout.registry, on_health=self._on_health)
+        if s.registry_poll_seconds is None:
+            self.plugins = PluginManager(registry_dir=layout.registry, on_health=self._on_health)
+        else:
+            self.plugins = PluginManager(
+                registry_dir=layout.registry,
+                on_health=self._on_health,
+                watch_directory=False,
+                retry_interval=s.registry_poll_seconds,
+            )
         self.dra = DraManager(
-            node_name=s.name, client=self.client, plugins=self.plugins, checkpoint_path=layout.dra_checkpoint
+            node_name=s.name,
+            client=self.client,
+            plugins=self.plugins,
+            checkpoint_path=layout.dra_checkpoint,
+            observer=self.observer,
         )
         self.dra.load()
         if not layout.boot_id.exists():
