@@ -36,6 +36,7 @@ PODS: Final = Resource(group="", version="v1", plural="pods", kind="Pod", namesp
 EVENTS: Final = Resource(group="", version="v1", plural="events", kind="Event", namespaced=True)
 LEASES: Final = Resource(group="coordination.k8s.io", version="v1", plural="leases", kind="Lease", namespaced=True)
 DAEMON_SETS: Final = Resource(group="apps", version="v1", plural="daemonsets", kind="DaemonSet", namespaced=True)
+STATEFUL_SETS: Final = Resource(group="apps", version="v1", plural="statefulsets", kind="StatefulSet", namespaced=True)
 DEVICE_CLASSES: Final = Resource(
     group="resource.k8s.io", version="v1", plural="deviceclasses", kind="DeviceClass", namespaced=False
 )

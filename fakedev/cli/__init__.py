@@ -22,6 +22,7 @@ COMMANDS: Final = (
     "deviceclasses",
     "drill",
     "fault",
+    "fleet",
     "image",
     "kubevirt",
     "node",

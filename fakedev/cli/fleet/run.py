@@ -1,0 +1,185 @@
+"""The ``fakedev fleet run`` and ``fakedev fleet clean`` commands: arguments in, a replica run until SIGTERM out."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import re
+import resource
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Final
+
+from fakedev import logs
+from fakedev.cli.args import kubeconfig_path
+from fakedev.cli.fleet.clean import fleet_node_names, remove_nodes
+from fakedev.cli.fleet.plan import FleetReplicaId, StopKind, compute_stop_kind, fleet_selector, select_orphans
+from fakedev.cli.fleet.replica import FleetReplica, FleetSpec
+from fakedev.errors import ProfileError
+from fakedev.model.inventory import resolve_inventory
+from fakedev.profiles import load_profile
+from fakedev.render import Schema, SchemaPin, default_schemas
+from harness.node.emulator import PodMode
+from kubeclient import ApiError, Credentials, KubeClient, credentials_from_kubeconfig, credentials_in_cluster
+from kubeclient.resources import NODES, STATEFUL_SETS
+
+log = logging.getLogger("fakedev.fleet")
+
+IN_CLUSTER_NAMESPACE: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+EXECUTOR_THREADS: Final = 64
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+NODE_NAME_MAX: Final = 63
+"""A Node's name is also its ``kubernetes.io/hostname`` label value: 63 characters at most."""
+
+
+class FleetUsageError(ProfileError):
+    """A fleet's arguments that cannot work (said before anything is registered)."""
+
+
+def compute_schemas(*, profile: str, requested: list[tuple[Schema, SchemaPin]]) -> tuple[Schema, ...]:
+    inventory = resolve_inventory(load_profile(profile), node_name="fleet-check")
+    present = default_schemas(inventory)
+    chosen = tuple(s for s, _p in requested) or tuple(s for s in present if s is not Schema.DRANET)
+    if Schema.DRANET in chosen:
+        raise FleetUsageError("fakedev fleet run: --schema dranet: fleets plug in no NICs; use `fakedev node run`")
+    missing = [s.value for s in chosen if s not in present]
+    if missing:
+        raise FleetUsageError(
+            f"fakedev fleet run: profile {profile} has no devices for {', '.join(missing)} "
+            f"(it has: {', '.join(s.value for s in present) or 'none'})"
+        )
+    if not chosen:
+        raise FleetUsageError(f"fakedev fleet run: profile {profile} has no devices a fleet can serve (no NICs)")
+    return chosen
+
+
+def _check_names(me: FleetReplicaId, *, nodes: int) -> None:
+    if not _DNS_LABEL.match(me.fleet):
+        raise FleetUsageError(
+            f"fakedev fleet run: --fleet {me.fleet!r}: lower-case letters, digits and '-' only (a node name prefix)"
+        )
+    longest = me.node_names(count=nodes)[-1]
+    if len(longest) > NODE_NAME_MAX:
+        raise FleetUsageError(
+            f"fakedev fleet run: node name {longest} is longer than {NODE_NAME_MAX} characters; shorten --fleet"
+        )
+
+
+def _credentials(args: argparse.Namespace, *, command: str) -> Credentials:
+    if getattr(args, "in_cluster", False):
+        return credentials_in_cluster()
+    return credentials_from_kubeconfig(kubeconfig_path(args.kubeconfig, command=command))
+
+
+def _namespace(args: argparse.Namespace) -> str | None:
+    if args.namespace:
+        return str(args.namespace)
+    if args.in_cluster and IN_CLUSTER_NAMESPACE.exists():
+        return IN_CLUSTER_NAMESPACE.read_text().strip()
+    return None
+
+
+def run_replica(args: argparse.Namespace) -> int:
+    logs.configure(fmt=args.log_format)
+    logging.getLogger("harness").handlers = logging.getLogger("fakedev").handlers
+    logging.getLogger("harness").setLevel("INFO")
+    me = FleetReplicaId(fleet=args.fleet, replica=args.replica)
+    _check_names(me, nodes=args.nodes)
+    namespace = _namespace(args)
+    if args.statefulset and namespace is None:
+        raise FleetUsageError("fakedev fleet run: --statefulset needs --namespace (or --in-cluster)")
+    spec = FleetSpec(
+        id=me,
+        nodes=args.nodes,
+        profile=args.profile,
+        schemas=compute_schemas(profile=args.profile, requested=args.schemas),
+        pins={s: p for s, p in args.schemas if p.release is not None},
+        pod_mode=PodMode(args.pods),
+        base=args.base,
+        labels=dict(args.labels),
+        taints=tuple(args.taints),
+        device_faults=args.device_faults,
+        wipe_grace=args.wipe_grace,
+    )
+    credentials = _credentials(args, command="fleet run")
+    # Every node holds sockets and API connections: more than the default soft limit at a few hundred nodes.
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    statefulset = (namespace, str(args.statefulset)) if args.statefulset and namespace else None
+    return asyncio.run(_serve(spec, credentials=credentials, statefulset=statefulset))
+
+
+def _statefulset_replicas(client: KubeClient, *, where: tuple[str, str] | None) -> int | None:
+    """``spec.replicas`` of the StatefulSet (None: it is gone). Other API errors propagate."""
+    if where is None:
+        return None
+    namespace, name = where
+    found = client.get_or_none(STATEFUL_SETS, name, namespace=namespace)
+    if found is None:
+        return None
+    return int((found.get("spec") or {}).get("replicas", 1))
+
+
+async def _serve(spec: FleetSpec, *, credentials: Credentials, statefulset: tuple[str, str] | None) -> int:
+    loop = asyncio.get_running_loop()
+    # Emulators and plugins run API calls in threads; enough of them for K nodes' pods and publishers.
+    loop.set_default_executor(ThreadPoolExecutor(max_workers=EXECUTOR_THREADS, thread_name_prefix="fleet"))
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    me = spec.id
+    who = f"fleet {me.fleet} replica {me.replica}"
+    replica = FleetReplica(spec=spec, credentials=credentials)
+
+    def say(text: str) -> None:
+        print(f"{who}: {text}", flush=True)
+
+    if statefulset is not None:
+        counted = await asyncio.to_thread(_statefulset_replicas, replica.client, where=statefulset)
+        if counted is None:
+            raise FleetUsageError(f"fakedev fleet run: StatefulSet {statefulset[0]}/{statefulset[1]} not found")
+        known = await asyncio.to_thread(replica.client.list, NODES, label_selector=fleet_selector(me.fleet))
+        orphans = select_orphans(known, me=me, own=me.node_names(count=spec.nodes), statefulset_replicas=counted)
+        if orphans:
+            await asyncio.to_thread(remove_nodes, replica.client, names=orphans)
+            say(f"removed {len(orphans)} Node(s) no replica runs any more: {', '.join(orphans)}")
+    started = time.monotonic()
+    kind = StopKind.KUBELET_STOP  # whatever goes wrong, a stop never deletes Nodes it was not sure about
+    try:
+        await replica.start(progress=say)
+        say(f"{spec.nodes} node(s) registered in {time.monotonic() - started:.1f}s; pods: {spec.pod_mode.value}")
+        while not stop.is_set() and replica.ready_count() < spec.nodes:
+            await asyncio.sleep(0.2)
+        if not stop.is_set():
+            say(f"{spec.nodes} node(s) ready (slices published) in {time.monotonic() - started:.1f}s")
+        await stop.wait()
+        if statefulset is not None:
+            try:
+                counted = await asyncio.to_thread(_statefulset_replicas, replica.client, where=statefulset)
+                kind = compute_stop_kind(replica=me.replica, statefulset_replicas=counted)
+            except ApiError as exc:
+                say(f"cannot read the StatefulSet ({exc}); leaving the Nodes for a replacement")
+    finally:
+        say(f"stopping: {kind.value}")
+        await replica.stop(kind)
+        say("stopped")
+    return 0
+
+
+def clean_fleet(args: argparse.Namespace) -> int:
+    client = KubeClient(_credentials(args, command="fleet clean"), field_manager="fakedev/fleet")
+    selector = (
+        FleetReplicaId(fleet=args.fleet, replica=args.replica).selector()
+        if args.replica is not None
+        else fleet_selector(args.fleet)
+    )
+    names = fleet_node_names(client, selector=selector)
+    if not names:
+        print(f"no Nodes with {selector}")
+        return 0
+    removed = remove_nodes(client, names=names)
+    print(f"removed {len(removed)} Node(s) with their pods, slices and Leases: {', '.join(removed)}")
+    return 0
