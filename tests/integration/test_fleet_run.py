@@ -222,7 +222,12 @@ def test_a_fleet_runs_replaces_scales_down_and_cleans(
     assert fleet.nodes() == names  # no duplicates, no new names
     new_cdi = NodeLayout.for_node(target, base=second.base).cdi
     wait_for(lambda: bool(list(new_cdi.glob("*.json"))), timeout=60, what="the claim prepared again after adoption")
-    assert _running_and_ready(kube, namespace=test_namespace, name="worker")
+    wait_for(
+        lambda: _running_and_ready(kube, namespace=test_namespace, name="worker"),
+        timeout=60,
+        what="the pod Running again under the replacement",
+        abort=second.failed,
+    )
 
     # Scaled down to one replica: replica 1 decommissions its Nodes, their slices, Leases and pods.
     kube.patch(STATEFUL_SETS, fleet.name, {"spec": {"replicas": 1}}, namespace=test_namespace, patch_type="merge")
