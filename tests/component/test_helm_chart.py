@@ -553,3 +553,19 @@ def test_helm_lint_is_clean_with_a_fleet(sets: list[str]) -> None:
     result = run_helm("lint", "--strict", str(CHART_DIR), *(a for s in sets for a in ("--set", s)))
     assert "0 chart(s) failed" in result.stdout
     assert "[WARNING]" not in result.stdout and "[ERROR]" not in result.stdout
+
+
+def test_fleet_scaled_to_zero_on_the_host_network_has_no_port_to_scrape() -> None:
+    sets = [*FLEET_ON, "fleet.replicas=0", "fleet.metrics.serviceMonitor.enabled=true"]
+    kinds = _kinds(_template(sets=sets, monitoring=True))
+    (service,) = kinds["Service"]
+    assert "ports" not in service["spec"] and "ServiceMonitor" not in kinds
+
+
+def test_more_than_an_endpoint_slices_ports_on_the_host_network_is_refused_by_name() -> None:
+    result = run_helm(
+        "template", "r", str(CHART_DIR), "--set", "fleet.enabled=true", "--set", "fleet.replicas=101", check=False
+    )
+    assert result.returncode != 0
+    assert "fleet.replicas: more than 100 with hostNetwork" in result.stderr
+    assert helm_template(release="r", namespace="fd", sets=[*FLEET_ON, "fleet.replicas=101", "hostNetwork=false"])
