@@ -3,12 +3,14 @@ equal to the ones fakedev renders for each schema."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
 import fakedev
+from fakedev.cli import build_parser
 from fakedev.model.releases import DRANET_DEFAULT, NVIDIA_DEFAULT, DranetRelease, DriverReleases, NvidiaRelease
 from fakedev.render import Schema
 from fakedev.render.classes import ClassOrigin, render_device_classes
@@ -16,6 +18,8 @@ from kubeclient import JsonObj
 from tests.helpers import CHART_DIR, CHART_VALUES_DIR, helm_template, run_helm
 
 EVERYTHING = CHART_VALUES_DIR / "values-everything.yaml"
+NOT_EMULATED = {"key": "fakedev.io/emulated", "operator": "DoesNotExist"}
+OFF_EMULATED = {"nodeSelectorTerms": [{"matchExpressions": [NOT_EMULATED]}]}
 
 
 def _kinds(objects: list[JsonObj]) -> dict[str, list[JsonObj]]:
@@ -66,6 +70,8 @@ def test_defaults_render_one_example_plugin_with_least_privilege() -> None:
     assert hostpaths == {"/var/lib/kubelet/plugins", "/var/lib/kubelet/plugins_registry", "/var/run/cdi"}
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
     assert "/var/run/secrets/kubernetes.io/serviceaccount" in mounts
+    # It tolerates every taint, but never lands on a Node a fleet emulates.
+    assert pod["affinity"] == {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": OFF_EMULATED}}
 
 
 def test_every_value_changed_reaches_the_objects() -> None:
@@ -212,6 +218,14 @@ def test_no_device_classes_at_all() -> None:
         ("drivers.nvidia.release=v25.8.0", "/drivers/nvidia/release", "value must be one of 'v25.8.1', 'v25.12.0'"),
         ("drivers.dranet.release=latest", "/drivers/dranet/release", "value must be one of 'v1.4.0', 'main'"),
         ("drivers.example.release=v1", "/drivers/example", "additional properties 'release' not allowed"),
+        ("fleet.nodes=3", "/fleet", "additional properties 'nodes' not allowed"),
+        ("fleet.pods=foo", "/fleet/pods", "value must be one of 'status', 'containers'"),
+        ("fleet.replicas=-1", "/fleet/replicas", "minimum"),
+        ("fleet.nodesPerReplica=0", "/fleet/nodesPerReplica", "minimum"),
+        ("fleet.schemas={dranet}", "/fleet/schemas/0", "value must be one of 'nvidia', 'example'"),
+        ("fleet.taints[0].effect=Sometimes", "/fleet/taints/0/effect", "value must be one of"),
+        ("fleet.metrics.port=70000", "/fleet/metrics/port", "maximum"),
+        ("plugins.enabled=maybe", "/plugins/enabled", "want boolean"),
     ],
     ids=[
         "wrong-type-bool",
@@ -230,6 +244,14 @@ def test_no_device_classes_at_all() -> None:
         "unknown-nvidia-release",
         "unknown-dranet-release",
         "example-has-no-releases",
+        "fleet-unknown-key",
+        "fleet-bad-pods-mode",
+        "fleet-negative-replicas",
+        "fleet-no-nodes",
+        "fleet-dranet",
+        "fleet-bad-taint-effect",
+        "fleet-metrics-port-out-of-range",
+        "plugins-enabled-not-bool",
     ],
 )
 def test_values_schema_refuses_naming_the_field(setting: str, field: str, says: str) -> None:
@@ -243,3 +265,307 @@ def test_no_driver_enabled_is_refused_by_name() -> None:
     result = run_helm("template", "r", str(CHART_DIR), "--set", "drivers.example.enabled=false", check=False)
     assert result.returncode != 0
     assert "enable at least one of drivers.nvidia, drivers.dranet, drivers.example" in result.stderr
+
+
+# -- the fleet: `fakedev fleet run` as a StatefulSet ------------------------------------------------------------------
+
+FLEET_ON = ["fleet.enabled=true"]
+MONITORING = ("--api-versions", "monitoring.coreos.com/v1/ServiceMonitor")
+
+
+def _template(*, sets: list[str], values: tuple[Path, ...] = (), monitoring: bool = False) -> list[JsonObj]:
+    """``helm template`` with, optionally, the ServiceMonitor API announced as served (helm knows no cluster)."""
+    argv = ["template", "r", str(CHART_DIR), "--namespace", "fd", *(MONITORING if monitoring else ())]
+    for v in values:
+        argv += ["--values", str(v)]
+    for setting in sets:
+        argv += ["--set", setting]
+    return [doc for doc in yaml.safe_load_all(run_helm(*argv).stdout) if doc]
+
+
+def _fleet_pod(objects: list[JsonObj]) -> JsonObj:
+    (sts,) = _kinds(objects)["StatefulSet"]
+    pod: JsonObj = sts["spec"]["template"]["spec"]
+    return pod
+
+
+def _by_name(objects: list[JsonObj], kind: str) -> dict[str, JsonObj]:
+    return {f"{o['metadata'].get('namespace', '')}/{o['metadata']['name']}": o for o in _kinds(objects).get(kind, [])}
+
+
+@pytest.mark.parametrize("host_network", [True, False], ids=["host-network", "pod-network"])
+def test_fleet_runs_fleet_run_with_the_contracts_arguments(host_network: bool) -> None:
+    objects = helm_template(
+        release="r",
+        namespace="fd",
+        sets=[*FLEET_ON, f"hostNetwork={str(host_network).lower()}", "fleet.labels.example\\.test/rack=r1"],
+    )
+    (sts,) = _kinds(objects)["StatefulSet"]
+    assert sts["metadata"]["name"] == "r-fakedev-fleet"
+    spec = sts["spec"]
+    assert (spec["replicas"], spec["podManagementPolicy"], spec["serviceName"]) == (2, "Parallel", "r-fakedev-fleet")
+    pod = spec["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["args"] == [
+        "fleet",
+        "run",
+        "--in-cluster",
+        "--fleet=r-fakedev",
+        "--replica=$(POD_INDEX)",
+        "--nodes=10",
+        "--profile=dgx-h100",
+        f"--schema=nvidia@{NVIDIA_DEFAULT.value}",
+        "--pods=status",
+        "--statefulset=r-fakedev-fleet",
+        "--namespace=$(POD_NAMESPACE)",
+        "--base=/var/lib/fakedev/fleet",
+        "--metrics-address=0.0.0.0",
+        "--metrics-port=9464",
+        f"--metrics-port-stride={1 if host_network else 0}",
+        "--label=example.test/rack=r1",
+        "--taint=fakedev.io/emulated=true:NoSchedule",
+        "--log-format=text",
+    ]
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
+    assert env == {
+        "POD_INDEX": "metadata.labels['apps.kubernetes.io/pod-index']",
+        "POD_NAMESPACE": "metadata.namespace",
+    }
+    assert pod["hostNetwork"] is host_network
+    # A host port per pod would keep a second replica on the same node Pending.
+    ports = [{"name": "metrics", "containerPort": 9464, "protocol": "TCP"}]
+    assert container.get("ports") == (None if host_network else ports)
+    assert pod["affinity"] == {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": OFF_EMULATED}}
+    assert pod["terminationGracePeriodSeconds"] == 120
+    assert pod["serviceAccountName"] == "r-fakedev-fleet" and pod["automountServiceAccountToken"] is False
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["nodes"] == {"name": "nodes", "emptyDir": {}}
+    assert [s for s in volumes["api-access"]["projected"]["sources"] if "serviceAccountToken" in s]
+    # The DaemonSet's pods keep their own selector: no fleet pod matches it.
+    (ds,) = _kinds(objects)["DaemonSet"]
+    selector = ds["spec"]["selector"]["matchLabels"]
+    fleet_labels = spec["template"]["metadata"]["labels"]
+    assert not selector.items() <= fleet_labels.items()
+    assert spec["selector"]["matchLabels"].items() <= fleet_labels.items()
+
+
+def test_fleet_arguments_are_what_fakedev_fleet_run_accepts() -> None:
+    objects = helm_template(release="r", namespace="fd", values=[EVERYTHING])
+    (container,) = _fleet_pod(objects)["containers"]
+    argv = [a.replace("$(POD_INDEX)", "2").replace("$(POD_NAMESPACE)", "fd") for a in container["args"]]
+    args = build_parser().parse_args(argv)
+    assert (args.fleet, args.replica, args.nodes, args.profile, args.pods) == (
+        "r-fd",
+        2,
+        4,
+        "seed-example",
+        "containers",
+    )
+    assert [s.value for s, _pin in args.schemas] == ["nvidia", "example"]
+    assert args.labels == [("example.test/rack", "r1"), ("example.test/zone", "z-2")]
+    assert args.taints == [
+        {"key": "example.test/fleet", "effect": "NoExecute"},
+        {"key": "example.test/tier", "value": "emulated", "effect": "PreferNoSchedule"},
+    ]
+    assert (args.statefulset, args.namespace, args.in_cluster) == ("r-fd-fleet", "fd", True)
+    assert (args.metrics_address, args.metrics_port, args.metrics_port_stride) == ("127.0.0.1", 9100, 0)
+    assert args.log_format == "json"
+
+
+@pytest.mark.parametrize(
+    ("pods", "expected"),
+    [
+        (
+            "status",
+            {
+                "privileged": False,
+                "allowPrivilegeEscalation": False,
+                "runAsUser": 0,
+                "readOnlyRootFilesystem": True,
+                "capabilities": {"drop": ["ALL"], "add": ["MKNOD"]},
+            },
+        ),
+        (
+            "containers",
+            {"privileged": True, "allowPrivilegeEscalation": True, "runAsUser": 0, "readOnlyRootFilesystem": False},
+        ),
+    ],
+    ids=["status", "containers"],
+)
+def test_fleet_security_context_per_pods_mode(pods: str, expected: JsonObj) -> None:
+    objects = helm_template(release="r", namespace="fd", sets=[*FLEET_ON, f"fleet.pods={pods}"])
+    (container,) = _fleet_pod(objects)["containers"]
+    assert container["securityContext"] == expected
+    assert f"--pods={pods}" in container["args"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["nodes"] == "/var/lib/fakedev/fleet" and mounts["tmp"] == "/tmp"
+
+
+def test_every_fleet_value_reaches_the_statefulset() -> None:
+    objects = helm_template(release="r", namespace="fd", values=[EVERYTHING])
+    (sts,) = _kinds(objects)["StatefulSet"]
+    pod = sts["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert sts["spec"]["replicas"] == 3
+    assert pod["terminationGracePeriodSeconds"] == 300
+    assert container["resources"] == {"requests": {"cpu": "500m", "memory": "1Gi"}}
+    assert pod["nodeSelector"] == {"fakedev.io/fleet-host": "true"}
+    assert pod["tolerations"] == [{"key": "fakedev.io/fleet-host", "operator": "Exists", "effect": "NoSchedule"}]
+    assert pod["affinity"]["nodeAffinity"] == {"requiredDuringSchedulingIgnoredDuringExecution": OFF_EMULATED}
+    assert "podAntiAffinity" in pod["affinity"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["KUBERNETES_SERVICE_HOST"] == "127.0.0.1" and env["KUBERNETES_SERVICE_PORT"] == "6443"
+    assert container["image"] == "registry.example.test:5000/team/fakedev:dev-123"
+    assert container["ports"] == [{"name": "metrics", "containerPort": 9100, "protocol": "TCP"}]
+    # The DaemonSet's own required terms each get the exclusion too (terms are ORed).
+    (ds,) = _kinds(objects)["DaemonSet"]
+    required = ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert required == {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "fakedev.io/profile", "operator": "Exists"}, NOT_EMULATED]}]
+    }
+
+
+@pytest.mark.parametrize("host_network", [True, False], ids=["host-network", "pod-network"])
+def test_fleet_service_is_headless_with_the_metrics_ports(host_network: bool) -> None:
+    objects = _template(sets=[*FLEET_ON, "fleet.replicas=3", f"hostNetwork={str(host_network).lower()}"])
+    (service,) = _kinds(objects)["Service"]
+    assert service["metadata"]["name"] == "r-fakedev-fleet" and service["spec"]["clusterIP"] == "None"
+    (sts,) = _kinds(objects)["StatefulSet"]
+    assert service["spec"]["selector"] == sts["spec"]["selector"]["matchLabels"]
+    ports = [(p["name"], p["port"], p["targetPort"]) for p in service["spec"]["ports"]]
+    if host_network:
+        assert ports == [("metrics-0", 9464, 9464), ("metrics-1", 9465, 9465), ("metrics-2", 9466, 9466)]
+    else:
+        assert ports == [("metrics", 9464, "metrics")]
+
+
+def test_fleet_without_metrics_has_no_service_port() -> None:
+    objects = _template(sets=[*FLEET_ON, "fleet.metrics.port=0", "fleet.metrics.serviceMonitor.enabled=true"])
+    (service,) = _kinds(objects)["Service"]
+    assert "ports" not in service["spec"]
+    assert "--metrics-port=0" in _fleet_pod(objects)["containers"][0]["args"]
+
+
+@pytest.mark.parametrize(
+    ("monitoring", "wanted", "rendered"),
+    [(True, True, True), (False, True, False), (True, False, False)],
+    ids=["served-and-wanted", "not-served", "not-wanted"],
+)
+def test_service_monitor_only_when_wanted_and_served(monitoring: bool, wanted: bool, rendered: bool) -> None:
+    objects = _template(
+        sets=[*FLEET_ON, f"fleet.metrics.serviceMonitor.enabled={str(wanted).lower()}", "hostNetwork=false"],
+        monitoring=monitoring,
+    )
+    monitors = _kinds(objects).get("ServiceMonitor", [])
+    assert len(monitors) == (1 if rendered else 0)
+    if rendered:
+        (monitor,) = monitors
+        assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+        (service,) = _kinds(objects)["Service"]
+        assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+        assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "30s"}]
+
+
+def test_service_monitor_keeps_each_ports_replica_with_host_network() -> None:
+    objects = _template(sets=[*FLEET_ON, "fleet.metrics.serviceMonitor.enabled=true"], monitoring=True)
+    (monitor,) = _kinds(objects)["ServiceMonitor"]
+    kept = [
+        (e["port"], e["relabelings"][0]["regex"], e["relabelings"][0]["action"]) for e in monitor["spec"]["endpoints"]
+    ]
+    assert kept == [("metrics-0", "0", "keep"), ("metrics-1", "1", "keep")]
+
+
+FLEET_RULES = [
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "create", "delete"]},
+    {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch", "delete"]},
+    {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+    {
+        "apiGroups": ["resource.k8s.io"],
+        "resources": ["resourceslices"],
+        "verbs": ["list", "create", "update", "delete", "deletecollection"],
+    },
+    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get", "list"]},
+    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/status"], "verbs": ["patch", "update"]},
+    {
+        "apiGroups": ["resource.k8s.io"],
+        "resources": ["resourceclaims/driver"],
+        "resourceNames": ["gpu.nvidia.com"],
+        "verbs": ["arbitrary-node:patch", "arbitrary-node:update"],
+    },
+    {"apiGroups": ["fakedev.io"], "resources": ["devicefaults"], "verbs": ["list", "watch"]},
+    {"apiGroups": ["fakedev.io"], "resources": ["devicefaults/status"], "verbs": ["patch"]},
+]
+
+
+def test_fleet_rbac_is_its_own_account_with_exactly_its_calls() -> None:
+    objects = helm_template(release="r", namespace="fd", sets=FLEET_ON)
+    roles = _by_name(objects, "ClusterRole")
+    assert roles["/r-fakedev-fleet"]["rules"] == FLEET_RULES
+    # The plugin's ClusterRole is unchanged: no fleet power reaches the DaemonSet's token.
+    assert "arbitrary-node:patch" not in str(roles["/r-fakedev"]["rules"])
+    namespaced = _by_name(objects, "Role")
+    assert namespaced["kube-node-lease/r-fakedev-fleet"]["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create", "patch", "delete"]}
+    ]
+    assert namespaced["fd/r-fakedev-fleet"]["rules"] == [
+        {"apiGroups": ["apps"], "resources": ["statefulsets"], "resourceNames": ["r-fakedev-fleet"], "verbs": ["get"]}
+    ]
+    account = {"kind": "ServiceAccount", "name": "r-fakedev-fleet", "namespace": "fd"}
+    bindings = [*_kinds(objects)["RoleBinding"], *_by_name(objects, "ClusterRoleBinding").values()]
+    fleet_bindings = [b for b in bindings if b["metadata"]["name"] == "r-fakedev-fleet"]
+    assert len(fleet_bindings) == 3 and all(b["subjects"] == [account] for b in fleet_bindings)
+    assert "fd/r-fakedev-fleet" in _by_name(objects, "ServiceAccount")
+
+
+def test_fleet_driver_names_follow_its_schemas() -> None:
+    objects = helm_template(release="r", namespace="fd", sets=[*FLEET_ON, "fleet.schemas={example,nvidia}"])
+    (rule,) = (r for r in _by_name(objects, "ClusterRole")["/r-fakedev-fleet"]["rules"] if "resourceNames" in r)
+    assert rule["resourceNames"] == ["gpu.nvidia.com", "gpu.example.com"]
+
+
+def test_fleet_only_release_renders_no_daemonset() -> None:
+    objects = helm_template(release="r", namespace="fd", sets=[*FLEET_ON, "plugins.enabled=false"])
+    kinds = _kinds(objects)
+    assert "DaemonSet" not in kinds
+    assert list(_by_name(objects, "ClusterRole")) == ["/r-fakedev-fleet"]
+    assert list(_by_name(objects, "ServiceAccount")) == ["fd/r-fakedev-fleet"]
+    assert len(kinds["StatefulSet"]) == 1
+    # The DeviceClasses of the fleet's schemas, though the plugin drivers' (example) are off with the DaemonSet.
+    names = [c["metadata"]["name"] for c in _classes(objects)]
+    assert "gpu.nvidia.com" in names and "gpu.example.com" not in names
+
+
+def test_default_release_renders_no_fleet() -> None:
+    kinds = _kinds(helm_template(release="r", namespace="fd"))
+    assert not {"StatefulSet", "Service", "ServiceMonitor", "Role", "RoleBinding"} & set(kinds)
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [FLEET_ON, [*FLEET_ON, "plugins.enabled=false", "fleet.pods=containers", "hostNetwork=false"]],
+    ids=["fleet", "fleet-only-containers"],
+)
+def test_helm_lint_is_clean_with_a_fleet(sets: list[str]) -> None:
+    result = run_helm("lint", "--strict", str(CHART_DIR), *(a for s in sets for a in ("--set", s)))
+    assert "0 chart(s) failed" in result.stdout
+    assert "[WARNING]" not in result.stdout and "[ERROR]" not in result.stdout
+
+
+def test_fleet_scaled_to_zero_on_the_host_network_has_no_port_to_scrape() -> None:
+    sets = [*FLEET_ON, "fleet.replicas=0", "fleet.metrics.serviceMonitor.enabled=true"]
+    kinds = _kinds(_template(sets=sets, monitoring=True))
+    (service,) = kinds["Service"]
+    assert "ports" not in service["spec"] and "ServiceMonitor" not in kinds
+
+
+def test_more_than_an_endpoint_slices_ports_on_the_host_network_is_refused_by_name() -> None:
+    result = run_helm(
+        "template", "r", str(CHART_DIR), "--set", "fleet.enabled=true", "--set", "fleet.replicas=101", check=False
+    )
+    assert result.returncode != 0
+    assert "fleet.replicas: more than 100 with hostNetwork" in result.stderr
+    assert helm_template(release="r", namespace="fd", sets=[*FLEET_ON, "fleet.replicas=101", "hostNetwork=false"])

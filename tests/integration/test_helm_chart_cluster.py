@@ -1,13 +1,20 @@
 """The chart on the real 1.37 API server: what helm renders is accepted (a server-side dry run), and its RBAC is
 enough for the real plugin and no more (the plugin runs on a token of the chart's ServiceAccount; ``kubectl auth
-can-i`` answers for what it must not do)."""
+can-i`` answers for what it must not do). The fleet's RBAC likewise: a real ``fakedev fleet run``, with the
+StatefulSet's own arguments on a token of the fleet's ServiceAccount, registers its node, runs a pod with a claim
+and decommissions it at a scale-down; SubjectAccessReviews for what it must not do."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -16,13 +23,23 @@ import yaml
 
 from fakedev.cli.rig import plugin_command
 from harness.cluster.local import LocalCluster
-from harness.cluster.nodes import NodeHeartbeats, delete_node, register_node
+from harness.cluster.nodes import LEASE_NAMESPACE, NodeHeartbeats, delete_node, register_node
 from harness.kube.waits import wait_list
 from harness.node.dra_client import DraConnection
 from harness.node.drivers import DriverContext, render_driver_argv
 from harness.procs import wait_for
+from harness.reaper import reap_all
 from kubeclient import JsonObj, KubeClient
-from kubeclient.resources import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, Resource
+from kubeclient.resources import (
+    LEASES,
+    NODES,
+    PODS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    STATEFUL_SETS,
+    Resource,
+)
 from kubeletapi import DRA_V1_VERSION
 from tests.helpers import (
     CHART_DIR,
@@ -32,6 +49,7 @@ from tests.helpers import (
     claim_body,
     claim_ref,
     helm_template,
+    pod_body,
     run_helm,
 )
 from tests.integration.conftest import PluginProcess
@@ -56,6 +74,26 @@ def _kubectl(cluster: LocalCluster, *args: str, stdin: str | None = None, check:
     return done.stdout
 
 
+def _token_kubeconfig(cluster: LocalCluster, *, token: str, path: Path) -> Path:
+    """A kubeconfig (mode 0600) that speaks to ``cluster`` with ``token`` only."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "c",
+                "cluster": {"server": cluster.server, "certificate-authority": str(cluster.layout.pki / "ca.crt")},
+            }
+        ],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "sa"}}],
+        "current-context": "c",
+    }
+    path.write_text(json.dumps(config))
+    path.chmod(0o600)
+    return path
+
+
 @pytest.mark.parametrize("values", [None, "values-everything.yaml"], ids=["defaults", "everything"])
 def test_rendered_chart_is_accepted_by_the_api_server(
     values: str | None, local_cluster: LocalCluster, test_namespace: str
@@ -67,6 +105,8 @@ def test_rendered_chart_is_accepted_by_the_api_server(
     out = _kubectl(local_cluster, "apply", "--dry-run=server", "-o", "name", "-f", "-", stdin=manifest)
     kinds = {line.split("/")[0] for line in out.splitlines()}
     assert {"daemonset.apps", "clusterrole.rbac.authorization.k8s.io", "deviceclass.resource.k8s.io"} <= kinds
+    if values:  # every value changed includes a fleet: its StatefulSet, Service and Roles (one in kube-node-lease)
+        assert {"statefulset.apps", "service", "role.rbac.authorization.k8s.io"} <= kinds
 
 
 @pytest.fixture
@@ -145,26 +185,7 @@ def token_kubeconfig(
         "--bound-object-kind=Pod",
         "--bound-object-name=plugin-holder",
     ).strip()
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "c",
-                "cluster": {
-                    "server": local_cluster.server,
-                    "certificate-authority": str(local_cluster.layout.pki / "ca.crt"),
-                },
-            }
-        ],
-        "users": [{"name": "sa", "user": {"token": token}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "sa"}}],
-        "current-context": "c",
-    }
-    path = short_tmp / "sa.kubeconfig"
-    path.write_text(json.dumps(config))
-    path.chmod(0o600)
-    return path
+    return _token_kubeconfig(local_cluster, token=token, path=short_tmp / "sa.kubeconfig")
 
 
 def test_chart_rbac_is_enough_for_the_plugin(
@@ -317,3 +338,217 @@ def test_kubectl_auth_can_i_says_the_chart_account_cannot_touch_pods_or_secrets(
         answer = _kubectl(local_cluster, "auth", "can-i", *question, who, "-n", test_namespace, check=False)
         assert answer.strip() == "no", question
     assert _kubectl(local_cluster, "auth", "can-i", "get", "nodes", who).strip() == "yes"
+
+
+# -- the fleet's RBAC, on a real `fakedev fleet run` ------------------------------------------------------------------
+
+
+def _fleet_release(name: str) -> list[str]:
+    """A fleet-only release of one replica with one node, its StatefulSet's pod kept Pending (no node matches), no
+    metrics server (a port on the test host) and no DeviceClass (cluster-scoped; the test brings its own)."""
+    return [
+        f"fullnameOverride={name}",
+        "plugins.enabled=false",
+        "deviceClasses.create=false",
+        "fleet.enabled=true",
+        "fleet.replicas=1",
+        "fleet.nodesPerReplica=1",
+        "fleet.profile=seed-example",
+        "fleet.schemas={example}",
+        "fleet.metrics.port=0",
+        "fleet.nodeSelector.fakedev\\.io/nowhere=nowhere",
+    ]
+
+
+@pytest.fixture
+def fleet_release(local_cluster: LocalCluster, kube: KubeClient, test_namespace: str) -> Iterator[list[JsonObj]]:
+    """The chart's fleet objects created for real; yields them once the authorizer has seen the ClusterRoleBinding.
+    The cluster-scoped objects and the Role in kube-node-lease are deleted afterwards."""
+    name = f"fc{os.urandom(3).hex()}"
+    objects = helm_template(release=name, namespace=test_namespace, sets=_fleet_release(name))
+    manifest = yaml.safe_dump_all(objects)
+    _kubectl(local_cluster, "apply", "-f", "-", stdin=manifest)  # every object names its namespace
+    user = f"system:serviceaccount:{test_namespace}:{name}-fleet"
+    question = {"verb": "create", "resource": "nodes"}
+    wait_for(
+        lambda: bool(
+            kube.create(
+                SUBJECT_ACCESS_REVIEWS,
+                {
+                    "apiVersion": "authorization.k8s.io/v1",
+                    "kind": "SubjectAccessReview",
+                    "spec": {"user": user, "resourceAttributes": question},
+                },
+            )["status"].get("allowed")
+        ),
+        timeout=30,
+        what=f"the authorizer to see the fleet's ClusterRoleBinding for {user}",
+    )
+    try:
+        yield objects
+    finally:
+        for node in kube.list(NODES, label_selector=f"fakedev.io/fleet={name}"):
+            delete_node(kube, name=node["metadata"]["name"])
+        _kubectl(
+            local_cluster,
+            "delete",
+            "--ignore-not-found",
+            "--wait=false",
+            "-f",
+            "-",
+            stdin=manifest,
+            check=False,
+        )
+
+
+def test_chart_fleet_rbac_is_enough_for_a_fleet_replica(
+    local_cluster: LocalCluster,
+    kube: KubeClient,
+    test_namespace: str,
+    fleet_release: list[JsonObj],
+    example_class: str,
+    short_tmp: Path,
+) -> None:
+    (sts,) = (o for o in fleet_release if o["kind"] == "StatefulSet")
+    (account,) = (o["metadata"]["name"] for o in fleet_release if o["kind"] == "ServiceAccount")
+    fleet = sts["metadata"]["name"].removesuffix("-fleet")
+    token = _kubectl(local_cluster, "create", "token", account, "-n", test_namespace, "--duration=10m").strip()
+    kubeconfig = _token_kubeconfig(local_cluster, token=token, path=short_tmp / "fleet.kubeconfig")
+    base = Path(tempfile.mkdtemp(prefix="fdc-"))  # the pod's emptyDir; short, for the plugins' sockets
+    # The StatefulSet's own arguments, as its pod 0 would run them, on the fleet ServiceAccount's token.
+    (container,) = sts["spec"]["template"]["spec"]["containers"]
+    args: list[str] = []
+    for arg in container["args"]:
+        arg = arg.replace("$(POD_INDEX)", "0").replace("$(POD_NAMESPACE)", test_namespace)
+        if arg == "--in-cluster":
+            args += ["--kubeconfig", str(kubeconfig)]
+        elif arg.startswith("--base="):
+            args.append(f"--base={base}")
+        else:
+            args.append(arg)
+    popen = subprocess.Popen(
+        [sys.executable, "-m", "fakedev", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    lines: list[str] = []
+
+    def read() -> None:
+        assert popen.stdout is not None
+        lines.extend(popen.stdout)
+
+    def exited() -> AssertionError | None:
+        return None if popen.poll() is None else AssertionError("replica exited:\n" + "".join(lines)[-4000:])
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    node = f"{fleet}-0-0"
+    try:
+        # Node created, status patched, Lease applied, slices published: with the fleet's token only.
+        wait_for(
+            lambda: "node(s) ready (slices published)" in "".join(lines),
+            timeout=120,
+            what="the replica to report its node ready",
+            abort=exited,
+        )
+        assert kube.get(LEASES, node, namespace=LEASE_NAMESPACE)["metadata"]["ownerReferences"][0]["name"] == node
+        # A pod on the emulated node: its claim read, prepared (status.devices through resourceclaims/driver on
+        # a node the fleet pod is not on), the pod's status written.
+        kube.create(
+            RESOURCE_CLAIM_TEMPLATES,
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaimTemplate",
+                "metadata": {"name": "one"},
+                "spec": {
+                    "spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": example_class}}]}}
+                },
+            },
+            namespace=test_namespace,
+        )
+        pod = pod_body(name="worker", node=node, templates={"gpu": "one"})
+        pod["spec"]["tolerations"] = [{"key": "fakedev.io/emulated", "operator": "Exists", "effect": "NoSchedule"}]
+        kube.create(PODS, pod, namespace=test_namespace)
+        wait_for(
+            lambda: (kube.get(PODS, "worker", namespace=test_namespace).get("status") or {}).get("phase") == "Running",
+            timeout=60,
+            what="the pod on the emulated node to run",
+            abort=exited,
+        )
+        (claim,) = kube.list(RESOURCE_CLAIMS, namespace=test_namespace)
+        assert [d["driver"] for d in claim["status"]["devices"]] == [EXAMPLE_DRIVER]
+        # Scaled to 0, then stopped: the replica reads its StatefulSet and decommissions (pods, slices, Node, Lease).
+        kube.patch(STATEFUL_SETS, sts["metadata"]["name"], {"spec": {"replicas": 0}}, namespace=test_namespace)
+        popen.send_signal(signal.SIGTERM)
+        assert popen.wait(timeout=120) == 0
+        reader.join(timeout=10)
+        output = "".join(lines)
+        assert "stopping: decommission" in output, output[-4000:]
+        assert kube.get_or_none(NODES, node) is None
+        assert kube.get_or_none(LEASES, node, namespace=LEASE_NAMESPACE) is None
+        assert not kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={node}")
+        assert kube.get_or_none(PODS, "worker", namespace=test_namespace) is None
+        assert "forbidden" not in output.lower(), output[-4000:]
+    finally:
+        if popen.poll() is None:
+            popen.kill()
+            popen.wait(timeout=30)
+        reader.join(timeout=10)
+        assert popen.stdout is not None
+        popen.stdout.close()
+        reap_all(base=base)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+# (verb, group, resource, subresource, name, namespace): what the fleet's account must not do ("" namespace: the
+# test's).
+FLEET_DENIED: list[tuple[str, str, str, str, str, str]] = [
+    ("get", "", "secrets", "", "", ""),
+    ("create", "", "pods", "", "", ""),
+    ("update", "", "nodes", "", "", ""),
+    ("patch", "", "nodes", "", "", ""),
+    ("patch", "coordination.k8s.io", "leases", "", "", "kube-system"),
+    ("get", "apps", "statefulsets", "", "other", ""),
+    ("update", "apps", "statefulsets", "", "", ""),
+    ("update", "resource.k8s.io", "resourceclaims", "", "", ""),
+    ("arbitrary-node:patch", "resource.k8s.io", "resourceclaims", "driver", "gpu.nvidia.com", ""),
+    ("create", "resource.k8s.io", "deviceclasses", "", "", ""),
+    ("create", "fakedev.io", "devicefaults", "", "", ""),
+]
+
+
+def test_chart_fleet_rbac_grants_nothing_else(
+    kube: KubeClient, test_namespace: str, fleet_release: list[JsonObj]
+) -> None:
+    (account,) = (o["metadata"]["name"] for o in fleet_release if o["kind"] == "ServiceAccount")
+
+    def allowed(verb: str, group: str, resource: str, subresource: str, name: str, namespace: str) -> bool:
+        review = kube.create(
+            SUBJECT_ACCESS_REVIEWS,
+            {
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SubjectAccessReview",
+                "spec": {
+                    "user": f"system:serviceaccount:{test_namespace}:{account}",
+                    "groups": ["system:serviceaccounts", "system:authenticated"],
+                    "resourceAttributes": {
+                        "namespace": namespace or test_namespace,
+                        "verb": verb,
+                        "group": group,
+                        "resource": resource,
+                        "subresource": subresource,
+                        "name": name,
+                    },
+                },
+            },
+        )
+        return bool(review["status"].get("allowed"))
+
+    assert [q for q in FLEET_DENIED if allowed(*q)] == []
+    # The counterparts it has: its own StatefulSet, Leases in kube-node-lease, its driver's arbitrary-node writes.
+    (sts,) = (o["metadata"]["name"] for o in fleet_release if o["kind"] == "StatefulSet")
+    assert allowed("get", "apps", "statefulsets", "", sts, "")
+    assert allowed("patch", "coordination.k8s.io", "leases", "", "", LEASE_NAMESPACE)
+    assert allowed("arbitrary-node:patch", "resource.k8s.io", "resourceclaims", "driver", EXAMPLE_DRIVER, "")
