@@ -7,15 +7,18 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from harness.cluster.local import LocalCluster
 from harness.cluster.nodes import LEASE_NAMESPACE, register_node
@@ -37,6 +40,7 @@ from tests.helpers import pod_body
 pytestmark = [pytest.mark.cluster]
 
 PER_REPLICA = 2
+EXAMPLE = "gpu.example.com"
 EMULATED_TAINT = {"key": "fakedev.io/emulated", "value": "true", "effect": "NoSchedule"}
 
 
@@ -75,7 +79,7 @@ class Fleet:
     replicas: list[Replica] = field(default_factory=list)
     bases: list[Path] = field(default_factory=list)
 
-    def start(self, ordinal: int) -> Replica:
+    def start(self, ordinal: int, *, metrics_port: int = 0) -> Replica:
         base = Path(tempfile.mkdtemp(prefix="fdf-"))  # a fresh emptyDir, as a new pod gets; short for sockets
         self.bases.append(base)
         popen = subprocess.Popen(
@@ -85,6 +89,7 @@ class Fleet:
                 "--taint", "fakedev.io/emulated=true:NoSchedule", "--label", "team=ml",
                 "--kubeconfig", str(self.kubeconfig), "--base", str(base),
                 "--statefulset", self.name, "--namespace", self.namespace,
+                "--metrics-port", str(metrics_port),
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -109,6 +114,23 @@ class Fleet:
             what=f"replica {replica.ordinal} to report its nodes ready",
             abort=replica.failed,
         )
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
 
 
 def _statefulset(name: str, *, replicas: int) -> dict[str, object]:
@@ -179,7 +201,8 @@ def test_a_fleet_runs_replaces_scales_down_and_cleans(
     register_node(
         kube, name=f"{fleet.name}-7-0", labels={"fakedev.io/fleet": fleet.name, "fakedev.io/fleet-replica": "7"}
     )
-    first = [fleet.start(0), fleet.start(1)]
+    port = _free_port()
+    first = [fleet.start(0), fleet.start(1, metrics_port=port)]
     for replica in first:
         fleet.wait_ready(replica)
     names = [f"{fleet.name}-{r}-{k}" for r in range(2) for k in range(PER_REPLICA)]
@@ -212,6 +235,14 @@ def test_a_fleet_runs_replaces_scales_down_and_cleans(
     assert len(claims) == 1 and claims[0]["status"]["allocation"]["devices"]["results"][0]["pool"] == target
     cdi_dir = NodeLayout.for_node(target, base=first[1].base).cdi
     assert list(cdi_dir.glob("*.json")), f"no CDI spec written in {cdi_dir}"
+    # Replica 1's own metrics say it prepared the claim (and that its two nodes are ready).
+    assert f"metrics on http://127.0.0.1:{port}/metrics" in first[1].text()
+    series = _scrape(port)
+    assert series[("fakedev_dra_prepare_requests_total", (("driver", EXAMPLE), ("result", "ok")))] == 1
+    assert series[("fakedev_fleet_nodes", (("state", "ready"),))] == PER_REPLICA
+    assert series[("fakedev_fleet_plugins_synced", (("driver", EXAMPLE),))] == PER_REPLICA
+    assert series[("fakedev_fleet_lease_renewals_total", (("result", "ok"),))] >= 2 * PER_REPLICA
+    assert series[("process_resident_memory_bytes", ())] > 0
 
     # The replica's pod is replaced (same ordinal, a fresh emptyDir): the Nodes stay and are adopted.
     assert first[1].stop() == 0

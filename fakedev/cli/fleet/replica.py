@@ -16,8 +16,9 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import Final, Protocol, TypeVar
 
+from fakedev.cli.fleet.metrics import FleetSnapshot
 from fakedev.cli.fleet.plan import FleetReplicaId, StopKind
 from fakedev.plugin.app import PluginApp, PluginSettings
 from fakedev.render import Schema, SchemaPin
@@ -59,11 +60,10 @@ class FleetSpec:
     wipe_grace: float = SLICE_WIPE_GRACE
 
 
-class PublishObserver:
+class PublishObserver(Protocol):
     """Told how long each plugin took from its start until its slices were in the API."""
 
-    def observe_publish(self, *, driver: str, seconds: float) -> None:
-        del driver, seconds
+    def observe_publish(self, *, driver: str, seconds: float) -> None: ...
 
 
 @dataclass(kw_only=True)
@@ -87,7 +87,7 @@ class FleetReplica:
     spec: FleetSpec
     credentials: Credentials
     observer: DraObserver | None = None
-    publish_observer: PublishObserver = field(default_factory=PublishObserver)
+    publish_observer: PublishObserver | None = None
     on_lease: Callable[[bool], None] | None = None
     nodes: dict[str, FleetNode] = field(default_factory=dict)
     client: KubeClient = field(init=False)
@@ -160,7 +160,7 @@ class FleetReplica:
     async def _report_publish(self, app: PluginApp, *, driver: str, started: float) -> None:
         while app.publisher is not None and not app.publisher.synced:
             await asyncio.sleep(PUBLISH_POLL_SECONDS)
-        if app.publisher is not None:
+        if app.publisher is not None and self.publish_observer is not None:
             self.publish_observer.observe_publish(driver=driver, seconds=time.monotonic() - started)
 
     def _track(self, task: asyncio.Task[None]) -> None:
@@ -168,6 +168,15 @@ class FleetReplica:
         task.add_done_callback(self._tasks.discard)
 
     # -- what it is ------------------------------------------------------------------------------------------------
+
+    def snapshot(self) -> FleetSnapshot:
+        """The replica's state for the metrics (computed on the event loop, which owns the dicts it reads)."""
+        return FleetSnapshot(
+            nodes_registered=len(self.nodes),
+            nodes_ready=self.ready_count(),
+            synced_by_driver=self.synced_by_driver(),
+            pods_by_phase=self.pods_by_phase(),
+        )
 
     def ready_count(self) -> int:
         return sum(1 for n in list(self.nodes.values()) if n.ready())

@@ -10,13 +10,22 @@ import resource
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from fakedev import logs
 from fakedev.cli.args import kubeconfig_path
 from fakedev.cli.fleet.clean import fleet_node_names, remove_nodes
-from fakedev.cli.fleet.plan import FleetReplicaId, StopKind, compute_stop_kind, fleet_selector, select_orphans
+from fakedev.cli.fleet.metrics import EMPTY_SNAPSHOT, FleetMetrics, FleetSnapshot
+from fakedev.cli.fleet.plan import (
+    FleetReplicaId,
+    StopKind,
+    compute_metrics_port,
+    compute_stop_kind,
+    fleet_selector,
+    select_orphans,
+)
 from fakedev.cli.fleet.replica import FleetReplica, FleetSpec
 from fakedev.errors import ProfileError
 from fakedev.model.inventory import resolve_inventory
@@ -30,6 +39,8 @@ log = logging.getLogger("fakedev.fleet")
 
 IN_CLUSTER_NAMESPACE: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 EXECUTOR_THREADS: Final = 64
+SNAPSHOT_SECONDS: Final = 1.0
+"""How often the loop refreshes the state the metrics server reads (a scrape never touches the loop's dicts)."""
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 NODE_NAME_MAX: Final = 63
 """A Node's name is also its ``kubernetes.io/hostname`` label value: 63 characters at most."""
@@ -109,7 +120,18 @@ def run_replica(args: argparse.Namespace) -> int:
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     statefulset = (namespace, str(args.statefulset)) if args.statefulset and namespace else None
-    return asyncio.run(_serve(spec, credentials=credentials, statefulset=statefulset))
+    metrics = MetricsPlace(
+        address=args.metrics_address,
+        port=compute_metrics_port(base=args.metrics_port, stride=args.metrics_port_stride, replica=args.replica),
+    )
+    return asyncio.run(_serve(spec, credentials=credentials, statefulset=statefulset, metrics=metrics))
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricsPlace:
+    address: str
+    port: int
+    """0: no metrics server."""
 
 
 def _statefulset_replicas(client: KubeClient, *, where: tuple[str, str] | None) -> int | None:
@@ -123,7 +145,9 @@ def _statefulset_replicas(client: KubeClient, *, where: tuple[str, str] | None) 
     return int((found.get("spec") or {}).get("replicas", 1))
 
 
-async def _serve(spec: FleetSpec, *, credentials: Credentials, statefulset: tuple[str, str] | None) -> int:
+async def _serve(
+    spec: FleetSpec, *, credentials: Credentials, statefulset: tuple[str, str] | None, metrics: MetricsPlace
+) -> int:
     loop = asyncio.get_running_loop()
     # Emulators and plugins run API calls in threads; enough of them for K nodes' pods and publishers.
     loop.set_default_executor(ThreadPoolExecutor(max_workers=EXECUTOR_THREADS, thread_name_prefix="fleet"))
@@ -132,10 +156,34 @@ async def _serve(spec: FleetSpec, *, credentials: Credentials, statefulset: tupl
         loop.add_signal_handler(sig, stop.set)
     me = spec.id
     who = f"fleet {me.fleet} replica {me.replica}"
-    replica = FleetReplica(spec=spec, credentials=credentials)
+    latest: list[FleetSnapshot] = [EMPTY_SNAPSHOT]
+    observer = FleetMetrics(
+        fleet=me.fleet, replica=me.replica, pods_mode=spec.pod_mode.value, snapshot=lambda: latest[-1]
+    )
+    replica = FleetReplica(
+        spec=spec,
+        credentials=credentials,
+        observer=observer,
+        publish_observer=observer,
+        on_lease=observer.observe_lease,
+    )
 
     def say(text: str) -> None:
         print(f"{who}: {text}", flush=True)
+
+    async def refresh() -> None:
+        while True:
+            latest[-1] = replica.snapshot()
+            await asyncio.sleep(SNAPSHOT_SECONDS)
+
+    if metrics.port:
+        try:
+            bound = observer.serve(address=metrics.address, port=metrics.port)
+        except OSError as exc:
+            where = f"{metrics.address}:{metrics.port}"
+            raise FleetUsageError(f"fakedev fleet run: cannot serve metrics on {where}: {exc}") from exc
+        say(f"metrics on http://{metrics.address}:{bound}/metrics")
+    refresher = asyncio.create_task(refresh(), name="metrics-snapshot")
 
     if statefulset is not None:
         counted = await asyncio.to_thread(_statefulset_replicas, replica.client, where=statefulset)
@@ -165,6 +213,8 @@ async def _serve(spec: FleetSpec, *, credentials: Credentials, statefulset: tupl
     finally:
         say(f"stopping: {kind.value}")
         await replica.stop(kind)
+        refresher.cancel()
+        observer.close()
         say("stopped")
     return 0
 
