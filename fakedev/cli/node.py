@@ -16,6 +16,7 @@ from fakedev.cli.rig import FakeNodeRig, RigSite, RigSpec, remove_fabric
 from harness.cluster.nodes import NodeHeartbeats
 from harness.node.background import BackgroundLoop
 from harness.node.layout import NodeLayout, node_run_id
+from harness.node.podmode import PodMode
 from harness.realnode.node import settings_for_cluster
 from kubeclient import KubeClient
 from kubeclient.resources import PODS
@@ -59,6 +60,13 @@ def add_parser(sub: Any) -> None:
         metavar="KEY[=VALUE]:EFFECT",
         help="a taint every emulated Node is created with, as kubectl taint writes it (repeatable); "
         "an adopted Node keeps the taints it has",
+    )
+    r.add_argument(
+        "--pods",
+        choices=[m.value for m in PodMode],
+        default=PodMode.CONTAINERS.value,
+        help="containers: run pods' containers under runc (default); status: only mark pods Running once their "
+        "claims are prepared — no runc, sandbox or NICs (the profile's NICs are not plugged in)",
     )
     r.add_argument("--kubeconfig", type=Path, default=None)
     r.add_argument("--base", type=Path, default=None, help="where node directories live (default: temp dir)")
@@ -134,6 +142,9 @@ def _run(args: argparse.Namespace) -> int:
                     wipe_grace=args.wipe_grace,
                     labels=dict(args.labels),
                     taints=tuple(args.taints),
+                    pod_mode=PodMode(args.pods),
+                    # Nothing would move NICs into pods that run no containers.
+                    with_nics=PodMode(args.pods) is PodMode.CONTAINERS,
                 ),
                 site=site,
             )
@@ -161,6 +172,10 @@ def _stop_on_signals() -> threading.Event:
 def _run_real(args: argparse.Namespace) -> int:
     if args.nodes != 1:
         raise SystemExit("fakedev node run --real: one real node per address; --nodes must be 1")
+    if args.pods != PodMode.CONTAINERS.value:
+        raise SystemExit(
+            "fakedev node run --real: a real kubelet runs pods' containers; --pods status is emulated only"
+        )
     logs.configure(fmt=args.log_format)
     kubeconfig = kubeconfig_path(args.kubeconfig, command="node run")
     client = KubeClient.from_kubeconfig(kubeconfig)
@@ -200,7 +215,7 @@ def _logs(args: argparse.Namespace) -> int:
         if text is None:
             raise SystemExit(
                 f"fakedev node logs: container {name} of {args.namespace}/{args.pod} has not run on "
-                f"{node} (looked in {files.dir})"
+                f"{node} (looked in {files.dir}; a node run with --pods status runs no containers, so it has no logs)"
             )
         sys.stdout.write(text)
     return 0

@@ -29,6 +29,7 @@ from harness.node.background import BackgroundLoop, BackgroundNode
 from harness.node.drivers import DriverContext, DriverProcess, DriverSpec, template_driver
 from harness.node.emulator import SLICE_WIPE_GRACE, NodeEmulator, NodeSettings
 from harness.node.layout import NodeLayout, node_run_id
+from harness.node.podmode import PodMode
 from harness.procs import RunDir, wait_for
 from harness.runtime.netns import clean_run_netns, delete_netns, list_run_netns
 from kubeclient import ApiError, JsonObj, KubeClient
@@ -205,6 +206,8 @@ class RigSpec:
     """Extra Node labels (besides the emulator's own)."""
     taints: tuple[Mapping[str, str], ...] = ()
     """Taints the Node is created with ({key, value, effect})."""
+    pod_mode: PodMode = PodMode.CONTAINERS
+    """What the emulator does with pods once their claims are prepared (status: only mark them Running)."""
     plugin_args: tuple[str, ...] = ()
     """Extra flags for every fake plugin (e.g. ``--log-level WARNING``)."""
     pins: tuple[SchemaPin, ...] = ()
@@ -259,6 +262,7 @@ class FakeNodeRig:
                 capacity=spec.capacity,
                 labels=spec.labels,
                 taints=spec.taints,
+                pod_mode=spec.pod_mode,
             ),
             client=site.client,
             loop=site.loop,

@@ -17,7 +17,6 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
 
@@ -26,6 +25,7 @@ from harness.node.dra_manager import DraManager, DraObserver
 from harness.node.layout import NodeLayout
 from harness.node.plugins import PluginManager
 from harness.node.podclaims import compute_pod_claims, compute_resource_status_name
+from harness.node.podmode import STATUS_RUNTIME, PodMode
 from harness.node.pods import PodClaims, PodWorker
 from harness.procs import RunDir, open_run_dir
 from harness.runtime.images import LOCAL_IMAGES, ensure_image
@@ -44,16 +44,6 @@ DECLARED_FEATURES: Final = ("DRANodeAllocatableResources", "DRAOptionalNodeOpera
 operations; it enforces no cgroups at all, so for node-allocatable resources the scheduler's accounting is what it
 lets drills exercise (kube-apiserver refuses such slices from nodes that do not declare the feature)."""
 WATCH_SECONDS: Final = 30
-
-
-class PodMode(StrEnum):
-    """What the emulator does with a pod whose claims it prepared."""
-
-    CONTAINERS = "containers"
-    """Run its containers under runc in a network namespace of its own, with the CDI edits applied."""
-    STATUS = "status"
-    """Only mark it Running (no runc, rootfs, sandbox or container): for scale runs whose point is the control plane.
-    Claims are still prepared and unprepared through the driver, and health still reaches the pod's status."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,6 +114,10 @@ class NodeEmulator:
     def node_netns(self) -> str | None:
         return self.settings.node_netns
 
+    @property
+    def pod_mode(self) -> PodMode:
+        return self.settings.pod_mode
+
     def rootfs_for(self, image: str) -> Path:
         """The rootfs template for a container image (a local image's program added to busybox)."""
         if image not in LOCAL_IMAGES:
@@ -140,8 +134,9 @@ class NodeEmulator:
         layout = self.layout
         self.run = open_run_dir(purpose="node", base=layout.base, run_id=layout.run_id, reuse=True)
         layout.make_dirs()
-        self.runtime = Runc.at(layout.runc)
-        self.rootfs_template = await asyncio.to_thread(ensure_rootfs, cache_root=s.rootfs_cache or layout.cache)
+        if s.pod_mode is PodMode.CONTAINERS:
+            self.runtime = Runc.at(layout.runc)
+            self.rootfs_template = await asyncio.to_thread(ensure_rootfs, cache_root=s.rootfs_cache or layout.cache)
         if s.registry_poll_seconds is None:
             self.plugins = PluginManager(registry_dir=layout.registry, on_health=self._on_health)
         else:
@@ -173,7 +168,9 @@ class NodeEmulator:
             capacity=s.capacity,
             declared_features=DECLARED_FEATURES,
             taints=s.taints,
-            container_runtime=f"runc://{runc_version(self.runtime.binary)}",
+            container_runtime=(
+                f"runc://{runc_version(self.runtime.binary)}" if s.pod_mode is PodMode.CONTAINERS else STATUS_RUNTIME
+            ),
         )
         if self.heartbeats is None:
             self.heartbeats = NodeHeartbeats(client=self.client)

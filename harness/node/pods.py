@@ -1,6 +1,8 @@
 """Pod lifecycle on an emulated node: sandbox, DRA prepare, containers under runc, status, termination.
 
 One worker task per pod UID. The worker never blocks the event loop: API calls, runc and netlink run in threads.
+On a node in status mode (:class:`PodMode.STATUS`) there is no sandbox and no runc: once its claims are prepared,
+a pod's init containers are reported completed and its containers running (``marked``), until it is deleted.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from harness.node.events import FAILED_PREPARE, FAILED_PREPARE_PREFIX, FAILED_UN
 from harness.node.layout import NodeLayout, PodLayout
 from harness.node.netdevices import hand_over_net_devices, release_net_devices
 from harness.node.podclaims import compute_container_cdi_ids
+from harness.node.podmode import PodMode
 from harness.procs import RunDir, wait_for
 from harness.runtime.netns import create_netns, delete_netns, netns_path
 from harness.runtime.oci import render_container_spec
@@ -79,6 +82,9 @@ class PodHost(Protocol):
     @property
     def stopping(self) -> bool: ...
 
+    @property
+    def pod_mode(self) -> PodMode: ...
+
     def rootfs_for(self, image: str) -> Path: ...
 
     def health_status(self, *, pod: Mapping[str, Any], container: Mapping[str, Any]) -> list[dict[str, Any]]: ...
@@ -99,6 +105,12 @@ class ContainerRun:
     waiting_reason: str = "ContainerCreating"
     waiting_message: str = ""
     next_start: float = 0.0
+    marked: bool = False
+    """Reported running without a container (a node in status mode)."""
+
+    @property
+    def running(self) -> bool:
+        return (self.container is not None or self.marked) and self.exit_code is None
 
 
 @dataclass(kw_only=True)
@@ -172,7 +184,7 @@ class PodWorker:
         if time.monotonic() < self.next_attempt:
             return
         try:
-            if self.sandbox is None:
+            if self.sandbox is None and self.node.pod_mode is PodMode.CONTAINERS:
                 self.sandbox = await asyncio.to_thread(self._create_sandbox)
             self.prepared = await self.node.claims.prepare_pod(self.pod)
             self.prepare_error = ""
@@ -180,7 +192,7 @@ class PodWorker:
             self.start_time = self.start_time or render_time()
             for c in self._init_containers() + self._containers():
                 self.containers.setdefault(c["name"], ContainerRun(name=c["name"]))
-            if not self.adopted:
+            if not self.adopted and self.node.pod_mode is PodMode.CONTAINERS:
                 self.adopted = True
                 await asyncio.to_thread(self._adopt_existing)
         except PrepareError as exc:
@@ -230,6 +242,9 @@ class PodWorker:
         return list(self.pod["spec"].get("containers") or [])
 
     async def _drive_containers(self) -> None:
+        if self.node.pod_mode is PodMode.STATUS:
+            self._mark_containers()
+            return
         restart = self.pod["spec"].get("restartPolicy", "Always")
         inits = self._init_containers()
         for spec in inits:
@@ -251,6 +266,20 @@ class PodWorker:
             )
             if run.container is None or wants_restart:
                 await self._start(spec, run)
+        self.phase = compute_pod_phase([self.containers[c["name"]] for c in self._containers()], restart=restart)
+
+    def _mark_containers(self) -> None:
+        """Status mode: init containers completed in order, then every container running, none of them real."""
+        now = render_time()
+        for spec in self._init_containers():
+            run = self.containers[spec["name"]]
+            if run.exit_code is None:
+                run.started_at, run.finished_at, run.exit_code, run.waiting_reason = now, now, 0, ""
+        for spec in self._containers():
+            run = self.containers[spec["name"]]
+            if not run.marked:
+                run.marked, run.started_at, run.waiting_reason = True, now, ""
+        restart = self.pod["spec"].get("restartPolicy", "Always")
         self.phase = compute_pod_phase([self.containers[c["name"]] for c in self._containers()], restart=restart)
 
     async def _observe(self, run: ContainerRun) -> None:
@@ -330,6 +359,8 @@ class PodWorker:
 
     async def stop_containers(self, *, grace: float) -> None:
         for run in self.containers.values():
+            if run.marked and run.exit_code is None:
+                run.exit_code, run.finished_at = 0, render_time()  # nothing to stop: it ends as asked
             if run.container is not None and run.exit_code is None:
                 code = await asyncio.to_thread(run.container.stop, timeout=grace)
                 run.exit_code = 137 if code is None else code
@@ -405,9 +436,7 @@ class PodWorker:
 
     def render_status(self) -> dict[str, Any]:
         ready = self.phase == "Running" and all(
-            r.container is not None and r.exit_code is None
-            for r in (self.containers.get(c["name"]) for c in self._containers())
-            if r is not None
+            r.running for r in (self.containers.get(c["name"]) for c in self._containers()) if r is not None
         )
         inits_done = all(
             (self.containers.get(c["name"]) or ContainerRun(name="")).exit_code == 0 for c in self._init_containers()
@@ -506,7 +535,7 @@ class PodWorker:
 
 def compute_pod_phase(runs: Sequence[ContainerRun], *, restart: str) -> str:
     """The phase of a pod whose init containers are done, from its containers' runs and its ``restartPolicy``."""
-    if any(r.container is not None and r.exit_code is None for r in runs):
+    if any(r.running for r in runs):
         return "Running"
     if runs and all(r.exit_code is not None for r in runs):
         if restart == "Never" or (restart == "OnFailure" and all(r.exit_code == 0 for r in runs)):
@@ -540,7 +569,7 @@ def render_container_status(spec: Mapping[str, Any], *, run: ContainerRun) -> di
             **({"message": run.waiting_message} if run.waiting_message else {}),
         }
     }
-    if run.container is not None and run.exit_code is None:
+    if run.running:
         state = {"running": {"startedAt": run.started_at}}
     elif terminated is not None and run.container is None and run.waiting_reason:
         state, last = waiting, terminated

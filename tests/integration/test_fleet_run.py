@@ -52,6 +52,14 @@ class Replica:
     base: Path
     popen: subprocess.Popen[str]
     lines: list[str] = field(default_factory=list)
+    reader: threading.Thread | None = None
+
+    def close(self) -> None:
+        """After the process is gone: its output read to the end, the pipe closed."""
+        if self.reader is not None:
+            self.reader.join(timeout=30)
+        if self.popen.stdout is not None:
+            self.popen.stdout.close()
 
     def read(self) -> None:
         assert self.popen.stdout is not None
@@ -97,7 +105,8 @@ class Fleet:
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )  # fmt: skip
         replica = Replica(ordinal=ordinal, base=base, popen=popen)
-        threading.Thread(target=replica.read, daemon=True).start()
+        replica.reader = threading.Thread(target=replica.read, daemon=True)
+        replica.reader.start()
         self.replicas.append(replica)
         return replica
 
@@ -166,6 +175,7 @@ def fleet(local_cluster: LocalCluster, kube: KubeClient, test_namespace: str) ->
             if replica.popen.poll() is None:
                 replica.popen.kill()
                 replica.popen.wait(timeout=30)
+            replica.close()
         for node in made.nodes():
             kube.delete(NODES, node)
         for base in made.bases:
@@ -239,9 +249,10 @@ def test_a_fleet_runs_replaces_scales_down_and_cleans(
     assert f"metrics on http://127.0.0.1:{port}/metrics" in first[1].text()
     series = _scrape(port)
     assert series[("fakedev_dra_prepare_requests_total", (("driver", EXAMPLE), ("result", "ok")))] == 1
-    assert series[("fakedev_fleet_nodes", (("state", "ready"),))] == PER_REPLICA
+    assert series[("fakedev_fleet_nodes", (("state", "ready"),))] == PER_REPLICA, first[1].text()[-3000:]
     assert series[("fakedev_fleet_plugins_synced", (("driver", EXAMPLE),))] == PER_REPLICA
-    assert series[("fakedev_fleet_lease_renewals_total", (("result", "ok"),))] >= 2 * PER_REPLICA
+    assert series[("fakedev_dra_prepare_duration_seconds_count", (("driver", EXAMPLE),))] == 1
+    assert series[("fakedev_fleet_pods", (("phase", "Running"),))] == 1
     assert series[("process_resident_memory_bytes", ())] > 0
 
     # The replica's pod is replaced (same ordinal, a fresh emptyDir): the Nodes stay and are adopted.

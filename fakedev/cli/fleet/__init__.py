@@ -8,7 +8,7 @@ from typing import Any
 
 from fakedev import logs
 from fakedev.cli.args import node_label, node_taint, positive_count, schema_pin
-from harness.node.emulator import PodMode
+from harness.node.podmode import PodMode
 
 DESCRIPTION = """\
 run    Emulate K nodes in this process as replica N of fleet NAME: Nodes NAME-N-0 … NAME-N-(K-1), labelled

@@ -24,7 +24,8 @@ from fakedev.plugin.app import PluginApp, PluginSettings
 from fakedev.render import Schema, SchemaPin
 from harness.cluster.nodes import NodeHeartbeats, delete_node
 from harness.node.dra_manager import DraObserver
-from harness.node.emulator import SLICE_WIPE_GRACE, NodeEmulator, NodeSettings, PodMode
+from harness.node.emulator import SLICE_WIPE_GRACE, NodeEmulator, NodeSettings
+from harness.node.podmode import PodMode
 from kubeclient import ApiError, Credentials, JsonObj, KubeClient
 from kubeclient.resources import PODS
 

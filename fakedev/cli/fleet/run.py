@@ -31,7 +31,7 @@ from fakedev.errors import ProfileError
 from fakedev.model.inventory import resolve_inventory
 from fakedev.profiles import load_profile
 from fakedev.render import Schema, SchemaPin, default_schemas
-from harness.node.emulator import PodMode
+from harness.node.podmode import PodMode
 from kubeclient import ApiError, Credentials, KubeClient, credentials_from_kubeconfig, credentials_in_cluster
 from kubeclient.resources import NODES, STATEFUL_SETS
 
@@ -39,8 +39,8 @@ log = logging.getLogger("fakedev.fleet")
 
 IN_CLUSTER_NAMESPACE: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 EXECUTOR_THREADS: Final = 64
-SNAPSHOT_SECONDS: Final = 1.0
-"""How often the loop refreshes the state the metrics server reads (a scrape never touches the loop's dicts)."""
+SNAPSHOT_SECONDS: Final = 2.0
+"""How long a scrape waits for the event loop to read the replica's state."""
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 NODE_NAME_MAX: Final = 63
 """A Node's name is also its ``kubernetes.io/hostname`` label value: 63 characters at most."""
@@ -157,9 +157,21 @@ async def _serve(
     me = spec.id
     who = f"fleet {me.fleet} replica {me.replica}"
     latest: list[FleetSnapshot] = [EMPTY_SNAPSHOT]
-    observer = FleetMetrics(
-        fleet=me.fleet, replica=me.replica, pods_mode=spec.pod_mode.value, snapshot=lambda: latest[-1]
-    )
+
+    async def take_snapshot() -> FleetSnapshot:
+        return replica.snapshot()
+
+    def snapshot() -> FleetSnapshot:
+        """Called on the metrics server's thread: the state is read on the loop that owns it; a loop too busy to
+        answer in time gets the previous answer served rather than a failed scrape."""
+        future = asyncio.run_coroutine_threadsafe(take_snapshot(), loop)
+        try:
+            latest[-1] = future.result(timeout=SNAPSHOT_SECONDS)
+        except (TimeoutError, RuntimeError):
+            future.cancel()
+        return latest[-1]
+
+    observer = FleetMetrics(fleet=me.fleet, replica=me.replica, pods_mode=spec.pod_mode.value, snapshot=snapshot)
     replica = FleetReplica(
         spec=spec,
         credentials=credentials,
@@ -171,11 +183,6 @@ async def _serve(
     def say(text: str) -> None:
         print(f"{who}: {text}", flush=True)
 
-    async def refresh() -> None:
-        while True:
-            latest[-1] = replica.snapshot()
-            await asyncio.sleep(SNAPSHOT_SECONDS)
-
     if metrics.port:
         try:
             bound = observer.serve(address=metrics.address, port=metrics.port)
@@ -183,7 +190,6 @@ async def _serve(
             where = f"{metrics.address}:{metrics.port}"
             raise FleetUsageError(f"fakedev fleet run: cannot serve metrics on {where}: {exc}") from exc
         say(f"metrics on http://{metrics.address}:{bound}/metrics")
-    refresher = asyncio.create_task(refresh(), name="metrics-snapshot")
 
     if statefulset is not None:
         counted = await asyncio.to_thread(_statefulset_replicas, replica.client, where=statefulset)
@@ -213,7 +219,6 @@ async def _serve(
     finally:
         say(f"stopping: {kind.value}")
         await replica.stop(kind)
-        refresher.cancel()
         observer.close()
         say("stopped")
     return 0
