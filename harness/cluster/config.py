@@ -51,8 +51,10 @@ CONTROLLERS: Final = (
     # The Helm chart's plugin runs as a DaemonSet and mounts the cluster CA from kube-root-ca.crt.
     "daemonset-controller",
     "root-ca-certificate-publisher-controller",
-    # Fleets of emulated nodes run as a StatefulSet (issue 23).
+    # Fleets of emulated nodes run as a StatefulSet (issue 23); the chart drains them before an uninstall with a
+    # pre-delete hook Job.
     "statefulset-controller",
+    "job-controller",
 )
 
 SERVICE_CIDR: Final = "10.0.0.0/24"

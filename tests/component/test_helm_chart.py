@@ -532,11 +532,40 @@ def test_fleet_only_release_renders_no_daemonset() -> None:
     kinds = _kinds(objects)
     assert "DaemonSet" not in kinds
     assert list(_by_name(objects, "ClusterRole")) == ["/r-fakedev-fleet"]
-    assert list(_by_name(objects, "ServiceAccount")) == ["fd/r-fakedev-fleet"]
+    assert list(_by_name(objects, "ServiceAccount")) == ["fd/r-fakedev-fleet", "fd/r-fakedev-fleet-drain"]
     assert len(kinds["StatefulSet"]) == 1
     # The DeviceClasses of the fleet's schemas, though the plugin drivers' (example) are off with the DaemonSet.
     names = [c["metadata"]["name"] for c in _classes(objects)]
     assert "gpu.nvidia.com" in names and "gpu.example.com" not in names
+
+
+def test_uninstall_drains_the_fleet_first_through_a_pre_delete_hook() -> None:
+    objects = helm_template(release="r", namespace="fd", sets=[*FLEET_ON, "fleet.terminationGracePeriodSeconds=200"])
+    (job,) = _kinds(objects)["Job"]
+    hooked = [o for o in objects if (o["metadata"].get("annotations") or {}).get("helm.sh/hook") == "pre-delete"]
+    # ServiceAccount and Role before the binding, the binding before the Job (hook weights).
+    weights = {o["kind"]: int(o["metadata"]["annotations"]["helm.sh/hook-weight"]) for o in hooked}
+    assert weights == {"ServiceAccount": -10, "Role": -10, "RoleBinding": -9, "Job": 0}
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = build_parser().parse_args(container["args"])
+    assert (args.command, args.verb, args.statefulset, args.namespace) == ("fleet", "drain", "r-fakedev-fleet", "fd")
+    assert args.in_cluster and args.timeout == 260
+    assert job["spec"]["activeDeadlineSeconds"] == 290 and job["spec"]["backoffLimit"] == 0
+    assert pod["serviceAccountName"] == "r-fakedev-fleet-drain" and pod["hostNetwork"] is True
+    assert container["securityContext"]["runAsNonRoot"] is True
+    role = _by_name(objects, "Role")["fd/r-fakedev-fleet-drain"]
+    assert role["rules"] == [
+        {
+            "apiGroups": ["apps"],
+            "resources": ["statefulsets"],
+            "resourceNames": ["r-fakedev-fleet"],
+            "verbs": ["get", "patch"],
+        },
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+    ]
+    without = helm_template(release="r", namespace="fd", sets=[*FLEET_ON, "fleet.drainOnUninstall=false"])
+    assert "Job" not in _kinds(without)
 
 
 def test_default_release_renders_no_fleet() -> None:

@@ -54,3 +54,4 @@ def test_a_node_reports_the_runc_it_runs() -> None:
 
 def test_the_control_plane_runs_what_fleets_need() -> None:
     assert "statefulset-controller" in CONTROLLERS
+    assert "job-controller" in CONTROLLERS  # the chart's pre-delete hook drains a fleet with a Job

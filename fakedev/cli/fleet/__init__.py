@@ -17,6 +17,8 @@ run    Emulate K nodes in this process as replica N of fleet NAME: Nodes NAME-N-
        bound to them have their claims prepared, then run under runc (--pods containers) or are only marked
        Running (--pods status). On SIGTERM the Nodes stay for a replacement to adopt, unless the StatefulSet no
        longer counts this replica (scaled down, uninstalled): then its pods are drained and its Nodes deleted.
+drain  Scale a fleet's StatefulSet to 0 and wait until every replica has decommissioned its Nodes (the chart's
+       pre-delete hook runs it, so that `helm uninstall` leaves no Node behind).
 clean  Delete the Nodes of a fleet (or of one replica) with their pods, slices and Leases: after a replica died
        hard and will not come back.
 Without --kubeconfig (and without --in-cluster), KUBECONFIG or the cluster of `fakedev cluster up` is used.
@@ -101,6 +103,14 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--wipe-grace", type=float, default=30.0, help="seconds before a vanished driver's slices go")
     r.add_argument("--log-format", choices=logs.FORMATS, default="text")
     r.set_defaults(handler=_run)
+    d = verbs.add_parser("drain", help="scale a fleet to 0 and wait until its replicas removed their Nodes")
+    d.add_argument("--statefulset", required=True, help="the fleet's StatefulSet")
+    d.add_argument("--namespace", default=None, help="its namespace (default: the pod's, in-cluster)")
+    d.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the replicas (default 600)")
+    dapi = d.add_mutually_exclusive_group()
+    dapi.add_argument("--kubeconfig", type=Path, default=None)
+    dapi.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
+    d.set_defaults(handler=_drain)
     c = verbs.add_parser("clean", help="delete a fleet's Nodes (with their pods, slices and Leases)")
     c.add_argument("--fleet", required=True)
     c.add_argument("--replica", type=_replica, default=None, help="only this replica's Nodes")
@@ -112,6 +122,12 @@ def _run(args: argparse.Namespace) -> int:
     from fakedev.cli.fleet.run import run_replica
 
     return run_replica(args)
+
+
+def _drain(args: argparse.Namespace) -> int:
+    from fakedev.cli.fleet.run import drain_fleet
+
+    return drain_fleet(args)
 
 
 def _clean(args: argparse.Namespace) -> int:

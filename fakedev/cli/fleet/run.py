@@ -8,6 +8,7 @@ import logging
 import re
 import resource
 import signal
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -33,12 +34,13 @@ from fakedev.profiles import load_profile
 from fakedev.render import Schema, SchemaPin, default_schemas
 from harness.node.podmode import PodMode
 from kubeclient import ApiError, Credentials, KubeClient, credentials_from_kubeconfig, credentials_in_cluster
-from kubeclient.resources import NODES, STATEFUL_SETS
+from kubeclient.resources import NODES, PODS, STATEFUL_SETS
 
 log = logging.getLogger("fakedev.fleet")
 
 IN_CLUSTER_NAMESPACE: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 EXECUTOR_THREADS: Final = 64
+DRAIN_POLL_SECONDS: Final = 1.0
 SNAPSHOT_SECONDS: Final = 2.0
 """How long a scrape waits for the event loop to read the replica's state."""
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -238,3 +240,33 @@ def clean_fleet(args: argparse.Namespace) -> int:
     removed = remove_nodes(client, names=names)
     print(f"removed {len(removed)} Node(s) with their pods, slices and Leases: {', '.join(removed)}")
     return 0
+
+
+def drain_fleet(args: argparse.Namespace) -> int:
+    """Scale the StatefulSet to 0 and wait for its pods to end: each replica sees itself no longer counted at SIGTERM
+    and decommissions its Nodes while its credentials still exist."""
+    namespace = _namespace(args)
+    if namespace is None:
+        raise FleetUsageError("fakedev fleet drain: give --namespace (or run --in-cluster)")
+    client = KubeClient(_credentials(args, command="fleet drain"), field_manager="fakedev/fleet")
+    name = str(args.statefulset)
+    found = client.get_or_none(STATEFUL_SETS, name, namespace=namespace)
+    if found is None:
+        print(f"StatefulSet {namespace}/{name} is gone: nothing to drain")
+        return 0
+    labels = ((found.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+    client.patch(STATEFUL_SETS, name, {"spec": {"replicas": 0}}, namespace=namespace, patch_type="merge")
+    print(
+        f"StatefulSet {namespace}/{name} scaled to 0; waiting for its replicas to decommission their Nodes", flush=True
+    )
+    deadline = time.monotonic() + args.timeout
+    left: list[str] = []
+    while time.monotonic() < deadline:
+        left = sorted(p["metadata"]["name"] for p in client.list(PODS, namespace=namespace, label_selector=selector))
+        if not left:
+            print(f"every replica of {namespace}/{name} is gone", flush=True)
+            return 0
+        time.sleep(DRAIN_POLL_SECONDS)
+    print(f"fakedev fleet drain: after {args.timeout:.0f}s replicas still stopping: {', '.join(left)}", file=sys.stderr)
+    return 1
