@@ -345,7 +345,8 @@ def test_kubectl_auth_can_i_says_the_chart_account_cannot_touch_pods_or_secrets(
 
 def _fleet_release(name: str) -> list[str]:
     """A fleet-only release of one replica with one node, its StatefulSet's pod kept Pending (no node matches), no
-    metrics server (a port on the test host) and no DeviceClass (cluster-scoped; the test brings its own)."""
+    metrics server (a port on the test host), no DeviceClass (cluster-scoped; the test brings its own) and no
+    uninstall hook (objects are applied with kubectl here, not installed by Helm)."""
     return [
         f"fullnameOverride={name}",
         "plugins.enabled=false",
@@ -357,6 +358,7 @@ def _fleet_release(name: str) -> list[str]:
         "fleet.schemas={example}",
         "fleet.metrics.port=0",
         "fleet.nodeSelector.fakedev\\.io/nowhere=nowhere",
+        "fleet.drainOnUninstall=false",
     ]
 
 
