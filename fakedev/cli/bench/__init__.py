@@ -8,6 +8,9 @@ Sections (all by default; ``--only`` picks some and merges them into an existing
              one control plane through the node emulator's client
   scale      100/500/1000 emulated dgx-h100 nodes in one process: render and publish time, RSS, then the real
              kube-scheduler placing 1000 pods that each claim a 1g.10gb MIG slice
+  fleet      R replicas × K dgx-h100 nodes installed with the chart's fleet on fakedev's real node (needs root and
+             `fakedev cluster build --with-node`): publish time, RSS and CPU per emulated node, kube-apiserver CPU
+             per node, the drain of `helm uninstall`
   hints      the same scale-up (pods pending first, then nodes publish) with SchedulerPreQueueingHints on and off,
              several runs each, on a fresh control plane every run
 
@@ -49,10 +52,10 @@ from harness.node.registration import handshake
 from harness.procs import open_run_dir, wait_for
 from kubeclient.errors import KubeClientError
 
-from . import goprofile, plots, prepare, scale
+from . import fleetchart, goprofile, plots, prepare, scale
 from .stats import Ratio, ratio
 
-SECTIONS: Final = ("footprint", "prepare", "scale", "hints")
+SECTIONS: Final = ("footprint", "prepare", "scale", "fleet", "hints")
 Results = dict[str, Any]
 
 
@@ -81,6 +84,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--concurrency", default="1,8", help="calls in flight for throughput (default 1,8)")
     p.add_argument("--nodes", default="100,500,1000", help="fleet sizes for the scale section (default 100,500,1000)")
     p.add_argument("--sched-pods", type=int, default=1000, help="MIG pods the scheduler places per fleet (1000)")
+    p.add_argument("--fleet-replicas", type=positive_count, default=2, help="fleet section: replicas (2)")
+    p.add_argument(
+        "--fleet-nodes",
+        default="10,50",
+        help="fleet section: emulated nodes per replica, comma-separated; two or more sizes also give the marginal "
+        "cost of one more node (10,50)",
+    )
     p.add_argument("--hints-runs", type=int, default=3, help="runs per setting of SchedulerPreQueueingHints (3)")
     p.add_argument("--hints-nodes", type=int, default=100, help="nodes that appear in the scale-up (100)")
     p.add_argument(
@@ -331,6 +341,15 @@ def _prepare(
 # -- scale -------------------------------------------------------------------------------------------------------
 
 
+def _fleet(results: Results, *, replicas: int, sizes: list[int]) -> None:
+    for per_replica in sizes:
+        with local_cluster() as cluster:
+            fleetchart.measure_chart_fleet(
+                results, cluster=cluster, replicas=replicas, per_replica=per_replica, say=_say
+            )
+    fleetchart.record_marginal(results, replicas=replicas, sizes=sizes)
+
+
 def _scale(results: Results, *, sizes: list[int], pods: int, profile_dir: Path | None, profile_seconds: int) -> None:
     """``profile_dir``: also sample kube-apiserver's CPU for ``profile_seconds`` from the start of publishing."""
     for n in sizes:
@@ -561,6 +580,7 @@ def _run(args: argparse.Namespace) -> int:
             profile_dir=out if args.profile else None,
             profile_seconds=args.profile_seconds,
         ),
+        "fleet": lambda: _fleet(results, replicas=args.fleet_replicas, sizes=_ints(args.fleet_nodes)),
         "hints": lambda: _hints(results, runs=args.hints_runs, nodes=args.hints_nodes, pods=args.hints_pods, out=out),
     }
     for section in SECTIONS:
