@@ -18,7 +18,7 @@ from harness.node.background import BackgroundLoop
 from harness.node.layout import NodeLayout, node_run_id
 from harness.node.podmode import PodMode
 from harness.realnode.node import settings_for_cluster
-from kubeclient import KubeClient
+from kubeclient import KubeClient, credentials_in_cluster
 from kubeclient.resources import PODS
 
 DESCRIPTION = """\
@@ -102,8 +102,12 @@ def add_parser(sub: Any) -> None:
     lg.add_argument("pod")
     lg.add_argument("-n", "--namespace", default="default")
     lg.add_argument("-c", "--container", default=None)
-    lg.add_argument("--kubeconfig", type=Path, default=None)
-    lg.add_argument("--base", type=Path, default=None)
+    where = lg.add_mutually_exclusive_group()
+    where.add_argument("--kubeconfig", type=Path, default=None)
+    where.add_argument(
+        "--in-cluster", action="store_true", help="use the pod's service account (inside a fleet replica's pod)"
+    )
+    lg.add_argument("--base", type=Path, default=None, help="where node directories live (a fleet's --base)")
     lg.set_defaults(handler=_logs)
 
 
@@ -203,8 +207,15 @@ def _run_real(args: argparse.Namespace) -> int:
 
 
 def _logs(args: argparse.Namespace) -> int:
-    client = KubeClient.from_kubeconfig(kubeconfig_path(args.kubeconfig, command="node logs"))
-    pod = client.get(PODS, args.pod, namespace=args.namespace)
+    if args.in_cluster:
+        client = KubeClient(credentials_in_cluster())
+    else:
+        client = KubeClient.from_kubeconfig(kubeconfig_path(args.kubeconfig, command="node logs"))
+    # A list by name, not a GET: a fleet replica's ServiceAccount may list pods but not get them.
+    found = client.list(PODS, namespace=args.namespace, field_selector=f"metadata.name={args.pod}")
+    if not found:
+        raise SystemExit(f"fakedev node logs: no pod {args.namespace}/{args.pod}")
+    pod = found[0]
     node = pod["spec"].get("nodeName")
     if not node:
         raise SystemExit(f"fakedev node logs: pod {args.namespace}/{args.pod} is not bound to a node yet")

@@ -24,9 +24,10 @@ RECIPE_VERSION: Final = 1
 DEBIAN_SUITE: Final = "bookworm"
 DEBIAN_VARIANT: Final = "essential"
 """Only the Essential:yes set: no apt in the image (nothing is installed into a running plugin container)."""
-DEBIAN_PACKAGES: Final = ("python3", "libstdc++6", "iproute2", "busybox-static")
+DEBIAN_PACKAGES: Final = ("python3", "libstdc++6", "iproute2", "busybox-static", "runc")
 """python3 runs fakedev (libstdc++6 for grpcio's manylinux wheel); iproute2 and busybox are what the NIC work
-and a debugging shell use inside the pod."""
+and a debugging shell use inside the pod; busybox is also the root filesystem, and runc the runtime, of the pods a
+fleet replica runs in containers mode (``fleet.pods: containers``)."""
 MERGED_USR_HOOK: Final = Path("/usr/share/mmdebstrap/hooks/merged-usr")
 """mmdebstrap's own hook: usr-is-merged instead of the usrmerge package, which drags in perl and its modules."""
 DPKG_PATH_OPTIONS: Final = (

@@ -462,6 +462,9 @@ class PodWorker:
         if self.prepare_error and self.prepared is None:
             status["message"] = self.prepare_error[:1000]
             status["reason"] = FAILED_PREPARE
+        else:
+            # Null deletes in a strategic merge patch: a prepare that failed before must not stay in the status.
+            status["message"] = status["reason"] = None
         return status
 
     def _container_status(self, spec: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """The chart's fleet on a real kubelet v1.37 and containerd 2.4: `helm install` with 2 replicas × 10 emulated nodes
 (status mode), 20 Nodes Ready with slices, a pod on an emulated node prepared by its replica (the replica's own
 metrics say so), the replica's pod deleted and replaced without a duplicate Node, a scale-down to one replica
-removing ten Nodes with their slices, and nothing left after uninstall.
+removing ten Nodes with their slices, an upgrade to containers mode (a privileged replica running pods under runc:
+the container's output read back through the replica), and nothing left after uninstall.
 
 One test, in order: each step needs the state the previous one left.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import subprocess
 import urllib.request
 from collections.abc import Iterator
 
@@ -19,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from harness.cluster.local import LocalCluster
 from harness.cluster.nodes import LEASE_NAMESPACE
 from harness.image.assemble import BuiltImage
+from harness.kubevirt.nodefiles import default_kubectl
 from harness.procs import wait_for
 from harness.realnode.node import RealNode
 from kubeclient import JsonObj, KubeClient
@@ -44,6 +47,7 @@ STATEFULSET = f"{FLEET}-fleet"
 REPLICAS = 2
 PER_REPLICA = 10
 NVIDIA = "gpu.nvidia.com"
+FLEET_BASE = "/var/lib/fakedev/fleet"  # the chart's --base: the replica's node directories (an emptyDir)
 
 
 def _free_port_pair() -> int:
@@ -87,6 +91,16 @@ def helm_args(
     ]  # fmt: skip
     yield args
     run_helm("uninstall", RELEASE, "--kubeconfig", str(local_cluster.kubeconfig), "--namespace", NAMESPACE, check=False)
+
+
+def _kubectl(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(default_kubectl()), "--kubeconfig", str(cluster.kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def _fleet_nodes(kube: KubeClient, *, replica: int | None = None) -> list[str]:
@@ -162,7 +176,12 @@ def _running_and_ready(kube: KubeClient, *, namespace: str, name: str) -> bool:
 
 
 def test_a_fleet_from_the_chart_runs_replaces_and_scales_down(
-    real_node: RealNode, kube: KubeClient, helm_args: list[str], test_namespace: str, metrics_port: int
+    local_cluster: LocalCluster,
+    real_node: RealNode,
+    kube: KubeClient,
+    helm_args: list[str],
+    test_namespace: str,
+    metrics_port: int,
 ) -> None:
     names = [f"{FLEET}-{r}-{k}" for r in range(REPLICAS) for k in range(PER_REPLICA)]
     with _explained(kube):
@@ -234,7 +253,51 @@ def test_a_fleet_from_the_chart_runs_replaces_and_scales_down(
             what="the pod of a decommissioned node gone",
         )
 
-        # -- uninstall: no Node, slice, Lease or fleet pod stays ----------------------------------------------------
+        # -- upgrade to containers mode: the replica's pod is replaced by a privileged one running pods under runc ----
+        before = _replica_pod(kube, 0)
+        assert before is not None
+        run_helm(
+            "upgrade", RELEASE, str(CHART_DIR), *helm_args,
+            "--set", "fleet.replicas=1", "--set", "fleet.pods=containers",
+        )  # fmt: skip
+        wait_for(
+            lambda: (
+                (pod := _replica_pod(kube, 0)) is not None
+                and pod["metadata"]["uid"] != before["metadata"]["uid"]
+                and pod.get("status", {}).get("phase") == "Running"
+            ),
+            timeout=180,
+            what="replica 0 replaced by its containers-mode pod",
+        )
+        wait_for(lambda: _all_up(kube, sorted(names[:PER_REPLICA])), timeout=120, what="replica 0's Nodes adopted")
+        hello = pod_body(
+            name="hello",
+            node=f"{FLEET}-0-4",
+            templates={"gpu": "one-gpu"},
+            command="echo hello from an emulated node; env | grep NVIDIA_VISIBLE_DEVICES; sleep 3600",
+        )
+        hello["spec"]["tolerations"] = [{"key": "fakedev.io/emulated", "operator": "Exists"}]
+        kube.create(PODS, hello, namespace=test_namespace)
+        wait_for(
+            lambda: _running_and_ready(kube, namespace=test_namespace, name="hello"),
+            timeout=90,
+            what="the pod's container running under the replica's runc",
+        )
+        (status,) = kube.get(PODS, "hello", namespace=test_namespace)["status"]["containerStatuses"]
+        assert status["containerID"].startswith("runc://")
+        replica = f"{STATEFULSET}-0"
+        logs = [
+            "-n", NAMESPACE, "exec", replica, "--", "fakedev", "node", "logs", "hello", "-n", test_namespace,
+            "--in-cluster", "--base", FLEET_BASE,
+        ]  # fmt: skip
+        wait_for(
+            lambda: "NVIDIA_VISIBLE_DEVICES=GPU-" in _kubectl(local_cluster, *logs).stdout,
+            timeout=30,
+            what="the container's output (with the CDI edits' environment) read through the replica",
+        )
+        assert "hello from an emulated node" in _kubectl(local_cluster, *logs).stdout
+
+        # -- uninstall: the hook drains the fleet first; no Node, slice, Lease or fleet pod stays --------------------
         run_helm("uninstall", RELEASE, *helm_args[:4])
         wait_for(lambda: _fleet_pods(kube) == [], timeout=180, what="the fleet's pods gone")
         wait_for(lambda: _fleet_nodes(kube) == [], timeout=60, what="every emulated Node gone")
