@@ -7,11 +7,13 @@ import asyncio
 import os
 import subprocess
 import tempfile
+import urllib.request
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from cdi import ContainerEdits, Device, Spec
 from harness.cluster.build import helm_binary
@@ -340,3 +342,31 @@ def create_vm_objects(kube: KubeClient, objects: Sequence[dict[str, Any]], *, na
         else:
             kind = RESOURCE_CLAIMS if obj["kind"] == "ResourceClaim" else RESOURCE_CLAIM_TEMPLATES
             kube.create(kind, obj, namespace=namespace)
+
+
+def claim_template_body(name: str, *, device_class: str) -> JsonObj:
+    """A ResourceClaimTemplate asking for one device of ``device_class``."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class}}]}}},
+    }
+
+
+def pod_running_and_ready(kube: KubeClient, *, namespace: str, name: str) -> bool:
+    pod = kube.get_or_none(PODS, name, namespace=namespace) or {}
+    status = pod.get("status") or {}
+    conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
+    return status.get("phase") == "Running" and conditions.get("Ready") == "True"
+
+
+def scrape_metrics(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample a Prometheus endpoint on 127.0.0.1 serves: (name, sorted labels) → value."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }

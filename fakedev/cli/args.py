@@ -10,6 +10,7 @@ from fakedev.errors import ProfileError
 from fakedev.render import Schema, SchemaPin, parse_schema
 from harness.cluster import daemon
 from harness.errors import ClusterStateError
+from harness.node.podmode import PodMode
 
 
 def positive_count(text: str) -> int:
@@ -21,6 +22,48 @@ def positive_count(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def non_negative_count(text: str) -> int:
+    """An ``argparse`` type: a whole number of at least 0 (an ordinal, a port)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def add_node_shape_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--label``, ``--taint`` and ``--pods``: what every emulated Node of a command looks like and does with pods
+    (``fakedev node run`` and ``fakedev fleet run`` share them)."""
+    parser.add_argument(
+        "--label",
+        dest="labels",
+        type=node_label,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an extra label on every emulated Node (repeatable)",
+    )
+    parser.add_argument(
+        "--taint",
+        dest="taints",
+        type=node_taint,
+        action="append",
+        default=[],
+        metavar="KEY[=VALUE]:EFFECT",
+        help="a taint every emulated Node is created with, as kubectl taint writes it (repeatable); "
+        "an adopted Node keeps the taints it has",
+    )
+    parser.add_argument(
+        "--pods",
+        choices=[m.value for m in PodMode],
+        default=PodMode.CONTAINERS.value,
+        help="containers: run pods' containers under runc (default; needs runc and root); status: only mark pods "
+        "Running once their claims are prepared — no runc, sandbox or NICs",
+    )
 
 
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")

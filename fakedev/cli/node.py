@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from fakedev import logs
-from fakedev.cli.args import kubeconfig_path, node_label, node_taint
+from fakedev.cli.args import add_node_shape_arguments, kubeconfig_path
 from fakedev.cli.realrig import RealNodeRig
 from fakedev.cli.rig import FakeNodeRig, RigSite, RigSpec, remove_fabric
 from harness.cluster.nodes import NodeHeartbeats
@@ -42,32 +42,7 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--profile", required=True, help="node profile (`fakedev profile list`)")
     r.add_argument("--node-name", default=None, help="node name (one node); default: fakedev-node-0 …")
     r.add_argument("--nodes", type=int, default=1, help="how many nodes to emulate in this process (default 1)")
-    r.add_argument(
-        "--label",
-        dest="labels",
-        type=node_label,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="an extra label on every emulated Node (repeatable)",
-    )
-    r.add_argument(
-        "--taint",
-        dest="taints",
-        type=node_taint,
-        action="append",
-        default=[],
-        metavar="KEY[=VALUE]:EFFECT",
-        help="a taint every emulated Node is created with, as kubectl taint writes it (repeatable); "
-        "an adopted Node keeps the taints it has",
-    )
-    r.add_argument(
-        "--pods",
-        choices=[m.value for m in PodMode],
-        default=PodMode.CONTAINERS.value,
-        help="containers: run pods' containers under runc (default); status: only mark pods Running once their "
-        "claims are prepared — no runc, sandbox or NICs (the profile's NICs are not plugged in)",
-    )
+    add_node_shape_arguments(r)
     r.add_argument("--kubeconfig", type=Path, default=None)
     r.add_argument("--base", type=Path, default=None, help="where node directories live (default: temp dir)")
     r.add_argument(

@@ -12,20 +12,18 @@ import subprocess
 import sys
 import tempfile
 import threading
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from harness.cluster.local import LocalCluster
 from harness.cluster.nodes import LEASE_NAMESPACE, register_node
 from harness.node.layout import NodeLayout
 from harness.procs import wait_for
 from harness.reaper import reap_all
-from kubeclient import JsonObj, KubeClient
+from kubeclient import KubeClient
 from kubeclient.resources import (
     LEASES,
     NODES,
@@ -35,7 +33,7 @@ from kubeclient.resources import (
     RESOURCE_SLICES,
     STATEFUL_SETS,
 )
-from tests.helpers import pod_body
+from tests.helpers import claim_template_body, pod_body, pod_running_and_ready, scrape_metrics
 
 pytestmark = [pytest.mark.cluster]
 
@@ -132,16 +130,6 @@ def _free_port() -> int:
         return port
 
 
-def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
-        text = answer.read().decode()
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
 def _statefulset(name: str, *, replicas: int) -> dict[str, object]:
     """A StatefulSet standing in for the chart's: it only has to count replicas (its pods stay Pending)."""
     labels = {"app": name}
@@ -183,27 +171,6 @@ def fleet(local_cluster: LocalCluster, kube: KubeClient, test_namespace: str) ->
             shutil.rmtree(base, ignore_errors=True)
 
 
-def _claim_template(name: str, *, device_class: str) -> dict[str, object]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": name},
-        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class}}]}}},
-    }
-
-
-def _pod_status(kube: KubeClient, *, namespace: str, name: str) -> JsonObj:
-    pod = kube.get_or_none(PODS, name, namespace=namespace)
-    status: JsonObj = (pod or {}).get("status") or {}
-    return status
-
-
-def _running_and_ready(kube: KubeClient, *, namespace: str, name: str) -> bool:
-    status = _pod_status(kube, namespace=namespace, name=name)
-    conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
-    return status.get("phase") == "Running" and conditions.get("Ready") == "True"
-
-
 def test_a_fleet_runs_replaces_scales_down_and_cleans(
     fleet: Fleet, kube: KubeClient, test_namespace: str, example_class: str
 ) -> None:
@@ -230,13 +197,13 @@ def test_a_fleet_runs_replaces_scales_down_and_cleans(
     # A pod pinned to a node of replica 1: its claim is prepared by that replica's in-process plugin.
     target = f"{fleet.name}-1-1"
     kube.create(
-        RESOURCE_CLAIM_TEMPLATES, _claim_template("one-gpu", device_class=example_class), namespace=test_namespace
+        RESOURCE_CLAIM_TEMPLATES, claim_template_body("one-gpu", device_class=example_class), namespace=test_namespace
     )
     pod = pod_body(name="worker", node=target, templates={"gpu": "one-gpu"})
     pod["spec"]["tolerations"] = [{"key": "fakedev.io/emulated", "operator": "Exists", "effect": "NoSchedule"}]
     kube.create(PODS, pod, namespace=test_namespace)
     wait_for(
-        lambda: _running_and_ready(kube, namespace=test_namespace, name="worker"),
+        lambda: pod_running_and_ready(kube, namespace=test_namespace, name="worker"),
         timeout=60,
         what="the pod on the emulated node to run",
         abort=first[1].failed,
@@ -247,7 +214,7 @@ def test_a_fleet_runs_replaces_scales_down_and_cleans(
     assert list(cdi_dir.glob("*.json")), f"no CDI spec written in {cdi_dir}"
     # Replica 1's own metrics say it prepared the claim (and that its two nodes are ready).
     assert f"metrics on http://127.0.0.1:{port}/metrics" in first[1].text()
-    series = _scrape(port)
+    series = scrape_metrics(port)
     assert series[("fakedev_dra_prepare_requests_total", (("driver", EXAMPLE), ("result", "ok")))] == 1
     assert series[("fakedev_fleet_nodes", (("state", "ready"),))] == PER_REPLICA, first[1].text()[-3000:]
     assert series[("fakedev_fleet_plugins_synced", (("driver", EXAMPLE),))] == PER_REPLICA
@@ -265,7 +232,7 @@ def test_a_fleet_runs_replaces_scales_down_and_cleans(
     new_cdi = NodeLayout.for_node(target, base=second.base).cdi
     wait_for(lambda: bool(list(new_cdi.glob("*.json"))), timeout=60, what="the claim prepared again after adoption")
     wait_for(
-        lambda: _running_and_ready(kube, namespace=test_namespace, name="worker"),
+        lambda: pod_running_and_ready(kube, namespace=test_namespace, name="worker"),
         timeout=60,
         what="the pod Running again under the replacement",
         abort=second.failed,

@@ -12,11 +12,9 @@ from __future__ import annotations
 import contextlib
 import socket
 import subprocess
-import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from harness.cluster.local import LocalCluster
 from harness.cluster.nodes import LEASE_NAMESPACE
@@ -35,7 +33,7 @@ from kubeclient.resources import (
     RESOURCE_SLICES,
     STATEFUL_SETS,
 )
-from tests.helpers import CHART_DIR, pod_body, run_helm
+from tests.helpers import CHART_DIR, claim_template_body, pod_body, pod_running_and_ready, run_helm, scrape_metrics
 
 pytestmark = [pytest.mark.cluster, pytest.mark.privileged, pytest.mark.xdist_group(name="realnode")]
 
@@ -129,19 +127,9 @@ def _replica_pod(kube: KubeClient, ordinal: int) -> JsonObj | None:
     return kube.get_or_none(PODS, f"{STATEFULSET}-{ordinal}", namespace=NAMESPACE)
 
 
-def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
-        text = answer.read().decode()
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
 def _metric(port: int, name: str, **labels: str) -> float | None:
     try:
-        return _scrape(port).get((name, tuple(sorted(labels.items()))))
+        return scrape_metrics(port).get((name, tuple(sorted(labels.items()))))
     except OSError:
         return None  # the replica is not serving (yet, or any more)
 
@@ -157,22 +145,6 @@ def _explained(kube: KubeClient) -> Iterator[None]:
             path = f"/api/v1/namespaces/{NAMESPACE}/pods/{pod['metadata']['name']}/log"
             said.append(f"--- {pod['metadata']['name']}:\n{kube.get_text(path)[1][-4000:]}")
         raise AssertionError(f"{exc}\n" + "\n".join(said)) from exc
-
-
-def _claim_template(name: str) -> JsonObj:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": name},
-        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": NVIDIA}}]}}},
-    }
-
-
-def _running_and_ready(kube: KubeClient, *, namespace: str, name: str) -> bool:
-    pod = kube.get_or_none(PODS, name, namespace=namespace) or {}
-    status = pod.get("status") or {}
-    conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
-    return status.get("phase") == "Running" and conditions.get("Ready") == "True"
 
 
 def test_a_fleet_from_the_chart_runs_replaces_and_scales_down(
@@ -202,12 +174,14 @@ def test_a_fleet_from_the_chart_runs_replaces_and_scales_down(
 
         # -- a pod on an emulated node of replica 1: prepared by that replica's plugin, marked Running -------------
         target = f"{FLEET}-1-3"
-        kube.create(RESOURCE_CLAIM_TEMPLATES, _claim_template("one-gpu"), namespace=test_namespace)
+        kube.create(
+            RESOURCE_CLAIM_TEMPLATES, claim_template_body("one-gpu", device_class=NVIDIA), namespace=test_namespace
+        )
         workload = pod_body(name="worker", node=target, templates={"gpu": "one-gpu"})
         workload["spec"]["tolerations"] = [{"key": "fakedev.io/emulated", "operator": "Exists"}]
         kube.create(PODS, workload, namespace=test_namespace)
         wait_for(
-            lambda: _running_and_ready(kube, namespace=test_namespace, name="worker"),
+            lambda: pod_running_and_ready(kube, namespace=test_namespace, name="worker"),
             timeout=90,
             what="the pod on an emulated node Running",
         )
@@ -238,7 +212,7 @@ def test_a_fleet_from_the_chart_runs_replaces_and_scales_down(
         )
         wait_for(lambda: _all_up(kube, sorted(names)), timeout=120, what="the same 20 Nodes Ready again")
         assert _fleet_nodes(kube) == sorted(names)
-        assert _running_and_ready(kube, namespace=test_namespace, name="worker")
+        assert pod_running_and_ready(kube, namespace=test_namespace, name="worker")
 
         # -- scale to one replica: replica 1 decommissions its ten Nodes with their slices, Leases and pods --------
         kube.patch(STATEFUL_SETS, STATEFULSET, {"spec": {"replicas": 1}}, namespace=NAMESPACE, patch_type="merge")
@@ -279,7 +253,7 @@ def test_a_fleet_from_the_chart_runs_replaces_and_scales_down(
         hello["spec"]["tolerations"] = [{"key": "fakedev.io/emulated", "operator": "Exists"}]
         kube.create(PODS, hello, namespace=test_namespace)
         wait_for(
-            lambda: _running_and_ready(kube, namespace=test_namespace, name="hello"),
+            lambda: pod_running_and_ready(kube, namespace=test_namespace, name="hello"),
             timeout=90,
             what="the pod's container running under the replica's runc",
         )

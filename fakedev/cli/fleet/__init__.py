@@ -7,8 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from fakedev import logs
-from fakedev.cli.args import node_label, node_taint, positive_count, schema_pin
-from harness.node.podmode import PodMode
+from fakedev.cli.args import add_node_shape_arguments, non_negative_count, positive_count, schema_pin
 
 DESCRIPTION = """\
 run    Emulate K nodes in this process as replica N of fleet NAME: Nodes NAME-N-0 … NAME-N-(K-1), labelled
@@ -25,18 +24,8 @@ Without --kubeconfig (and without --in-cluster), KUBECONFIG or the cluster of `f
 """
 
 
-def _replica(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"a replica ordinal is 0 or more, got {value}")
-    return value
-
-
 def _port(text: str) -> int:
-    value = _replica(text)
+    value = non_negative_count(text)
     if value > 65535:
         raise argparse.ArgumentTypeError(f"a port is at most 65535, got {value}")
     return value
@@ -52,7 +41,7 @@ def add_parser(sub: Any) -> None:
     verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
     r = verbs.add_parser("run", help="run one replica of a fleet until SIGTERM")
     r.add_argument("--fleet", required=True, help="the fleet's name: node name prefix and fakedev.io/fleet label")
-    r.add_argument("--replica", type=_replica, default=0, help="this replica's ordinal (default 0)")
+    r.add_argument("--replica", type=non_negative_count, default=0, help="this replica's ordinal (default 0)")
     r.add_argument("--nodes", type=positive_count, default=1, help="emulated nodes in this replica (default 1)")
     r.add_argument("--profile", required=True, help="node profile (`fakedev profile list`)")
     r.add_argument(
@@ -65,15 +54,7 @@ def add_parser(sub: Any) -> None:
         help="a plugin per node for this schema (repeatable); default: every schema the profile has devices for, "
         "except dranet (fleets plug in no NICs)",
     )
-    r.add_argument(
-        "--pods",
-        choices=[m.value for m in PodMode],
-        default=PodMode.CONTAINERS.value,
-        help="containers: run pods' containers under runc (needs runc and root); status: only mark them Running "
-        "once their claims are prepared (default containers)",
-    )
-    r.add_argument("--label", dest="labels", type=node_label, action="append", default=[], metavar="KEY=VALUE")
-    r.add_argument("--taint", dest="taints", type=node_taint, action="append", default=[], metavar="KEY[=VALUE]:EFFECT")
+    add_node_shape_arguments(r)
     api = r.add_mutually_exclusive_group()
     api.add_argument("--kubeconfig", type=Path, default=None)
     api.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
@@ -90,7 +71,7 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--metrics-port", type=_port, default=0, help="/metrics port; 0: no metrics server (default)")
     r.add_argument(
         "--metrics-port-stride",
-        type=_replica,
+        type=non_negative_count,
         default=0,
         help="serve on PORT + STRIDE × replica (1 when replicas share one host network, default 0)",
     )
@@ -113,7 +94,7 @@ def add_parser(sub: Any) -> None:
     d.set_defaults(handler=_drain)
     c = verbs.add_parser("clean", help="delete a fleet's Nodes (with their pods, slices and Leases)")
     c.add_argument("--fleet", required=True)
-    c.add_argument("--replica", type=_replica, default=None, help="only this replica's Nodes")
+    c.add_argument("--replica", type=non_negative_count, default=None, help="only this replica's Nodes")
     c.add_argument("--kubeconfig", type=Path, default=None)
     c.set_defaults(handler=_clean)
 
