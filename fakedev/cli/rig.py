@@ -427,7 +427,7 @@ class FakeNodeRig:
 
     def _drain(self) -> None:
         client = self.site.client
-        for pod in _pods_on(client, self.name):
+        for pod in pods_on_node(client, self.name):
             with contextlib.suppress(ApiError):
                 client.delete(PODS, pod["metadata"]["name"], namespace=pod["metadata"]["namespace"], grace_seconds=0)
         emulator = self.background.node
@@ -438,7 +438,8 @@ class FakeNodeRig:
             wait_for(lambda: not emulator.workers, timeout=DRAIN_SECONDS, what=f"pods of {self.name} to terminate")
 
 
-def _pods_on(client: KubeClient, node: str) -> list[JsonObj]:
+def pods_on_node(client: KubeClient, node: str) -> list[JsonObj]:
+    """The pods bound to ``node`` ([] when the API cannot tell: a stop goes on without them)."""
     try:
         return client.list(PODS, field_selector=f"spec.nodeName={node}")
     except ApiError:

@@ -21,11 +21,11 @@ import resource
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+from fakedev.cli.fleet.replica import run_bounded
 from fakedev.cli.procfs import memory_mib
 from fakedev.model.inventory import resolve_inventory
 from fakedev.plugin.app import PluginApp, PluginSettings
@@ -52,16 +52,6 @@ def emit(event: str, **fields: Any) -> None:
 
 def node_names(*, prefix: str, count: int) -> list[str]:
     return [f"{prefix}-{i:04d}" for i in range(count)]
-
-
-async def _bounded(items: list[T], *, limit: int, run: Callable[[T], Awaitable[None]]) -> None:
-    gate = asyncio.Semaphore(limit)
-
-    async def one(item: T) -> None:
-        async with gate:
-            await run(item)
-
-    await asyncio.gather(*(one(i) for i in items))
 
 
 async def run_fleet(args: argparse.Namespace) -> None:
@@ -92,7 +82,7 @@ async def run_fleet(args: argparse.Namespace) -> None:
     async def register(name: str) -> None:
         await asyncio.to_thread(register_node, client, name=name, labels={"fakedev.io/bench": args.prefix})
 
-    await _bounded(names, limit=API_THREADS, run=register)
+    await run_bounded(names, limit=API_THREADS, run=register)
     for name in names:
         beats.add(name)
     beats.start()
@@ -132,7 +122,7 @@ async def run_fleet(args: argparse.Namespace) -> None:
 
     emit("publishing")
     started = time.perf_counter()
-    await _bounded(names, limit=START_CONCURRENCY, run=start)
+    await run_bounded(names, limit=START_CONCURRENCY, run=start)
     emit("plugins-started", nodes=len(apps), seconds=time.perf_counter() - started)
     await asyncio.gather(*(m.wait_registered("gpu.nvidia.com", timeout=120) for m in managers))
     emit("registered", nodes=len(managers), seconds=time.perf_counter() - started)

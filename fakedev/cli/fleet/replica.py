@@ -20,13 +20,14 @@ from typing import Final, Protocol, TypeVar
 
 from fakedev.cli.fleet.metrics import FleetSnapshot
 from fakedev.cli.fleet.plan import FleetReplicaId, StopKind
+from fakedev.cli.rig import pods_on_node
 from fakedev.plugin.app import PluginApp, PluginSettings
 from fakedev.render import Schema, SchemaPin
 from harness.cluster.nodes import NodeHeartbeats, delete_node
 from harness.node.dra_manager import DraObserver
 from harness.node.emulator import SLICE_WIPE_GRACE, NodeEmulator, NodeSettings
 from harness.node.podmode import PodMode
-from kubeclient import ApiError, Credentials, JsonObj, KubeClient
+from kubeclient import ApiError, Credentials, KubeClient
 from kubeclient.resources import PODS
 
 log = logging.getLogger("fakedev.fleet")
@@ -107,7 +108,7 @@ class FleetReplica:
         in the background, the API's pace)."""
         self.heartbeats.start()
         names = self.spec.id.node_names(count=self.spec.nodes)
-        await _bounded(names, limit=START_CONCURRENCY, run=lambda name: self._start_node(name, progress=progress))
+        await run_bounded(names, limit=START_CONCURRENCY, run=lambda name: self._start_node(name, progress=progress))
 
     async def _start_node(self, name: str, *, progress: Callable[[str], None]) -> None:
         s = self.spec
@@ -211,7 +212,7 @@ class FleetReplica:
         self.nodes.clear()
 
     async def _drain(self, node: FleetNode) -> None:
-        pods = await asyncio.to_thread(_pods_on, self.client, node.name)
+        pods = await asyncio.to_thread(pods_on_node, self.client, node.name)
         for pod in pods:
             with contextlib.suppress(ApiError):
                 await asyncio.to_thread(
@@ -239,14 +240,8 @@ class FleetReplica:
                     await asyncio.to_thread(delete_node, self.client, name=node.name)
 
 
-def _pods_on(client: KubeClient, node: str) -> list[JsonObj]:
-    try:
-        return client.list(PODS, field_selector=f"spec.nodeName={node}")
-    except ApiError:
-        return []
-
-
-async def _bounded(items: Sequence[T], *, limit: int, run: Callable[[T], Awaitable[None]]) -> None:
+async def run_bounded(items: Sequence[T], *, limit: int, run: Callable[[T], Awaitable[None]]) -> None:
+    """``run`` each item, at most ``limit`` at once."""
     gate = asyncio.Semaphore(limit)
 
     async def one(item: T) -> None:
