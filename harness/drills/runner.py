@@ -475,14 +475,21 @@ class DrillRun:
     # -- sampling and tear-down ------------------------------------------------------------------------------------
 
     def _sample(self) -> None:
-        assert self.result is not None
+        # One sample when the steps start and one when they end, so even a drill shorter than SAMPLE_SECONDS
+        # (or one on a loaded machine) has a timeline with both ends.
+        self._sample_once()
         while not self._stop.wait(SAMPLE_SECONDS):
-            with contextlib.suppress(Exception):  # the API may be down on purpose (apiserver-outage)
-                pods = {
-                    p["metadata"]["name"]: (p.get("status") or {}).get("phase", "?")
-                    for p in self.client.list(PODS, namespace=self.namespace)
-                }
-                self.result.samples.append(Sample(t=self._now(), pods=pods, devices=self.env.device_health()))
+            self._sample_once()
+        self._sample_once()
+
+    def _sample_once(self) -> None:
+        assert self.result is not None
+        with contextlib.suppress(Exception):  # the API may be down on purpose (apiserver-outage)
+            pods = {
+                p["metadata"]["name"]: (p.get("status") or {}).get("phase", "?")
+                for p in self.client.list(PODS, namespace=self.namespace)
+            }
+            self.result.samples.append(Sample(t=self._now(), pods=pods, devices=self.env.device_health()))
 
     def teardown(self) -> None:
         # A drill leaves the control plane as it found it, even when it failed before its recovery step.

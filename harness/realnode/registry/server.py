@@ -126,10 +126,11 @@ class RegistryHandler(BaseHTTPRequestHandler):
     def _reply(
         self, status: int, *, body: bytes = b"", headers: Mapping[str, str] | None = None, note: str = ""
     ) -> None:
+        # The line goes out before the answer, so a client that saw the answer finds it in the log.
+        self._log(status, len(body), note)
         self._start(status, length=len(body), headers={"Content-Type": "application/json", **(headers or {})})
         if self.command != "HEAD" and body:
             self.wfile.write(body)
-        self._log(status, len(body), note)
 
     def _start(self, status: int, *, length: int, headers: Mapping[str, str]) -> None:
         self.send_response(status)
@@ -241,10 +242,10 @@ class RegistryHandler(BaseHTTPRequestHandler):
             return
         size = archive.size(digest) or 0
         headers = {"Content-Type": "application/octet-stream", "Docker-Content-Digest": digest}
+        self._log(200, size, archive.path.name)
         self._start(200, length=size, headers=headers)
         if self.command != "HEAD":
             archive.stream(digest, out=self.wfile)
-        self._log(200, size, archive.path.name)
 
     def _admin_add(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
