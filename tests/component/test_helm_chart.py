@@ -544,12 +544,38 @@ def test_uninstall_drains_the_fleet_first_through_a_pre_delete_hook() -> None:
     (job,) = _kinds(objects)["Job"]
     hooked = [o for o in objects if (o["metadata"].get("annotations") or {}).get("helm.sh/hook") == "pre-delete"]
     # ServiceAccount and Role before the binding, the binding before the Job (hook weights).
-    weights = {o["kind"]: int(o["metadata"]["annotations"]["helm.sh/hook-weight"]) for o in hooked}
-    assert weights == {"ServiceAccount": -10, "Role": -10, "RoleBinding": -9, "Job": 0}
+    weights = {
+        (o["kind"], o["metadata"].get("namespace", "")): int(o["metadata"]["annotations"]["helm.sh/hook-weight"])
+        for o in hooked
+    }
+    assert weights == {
+        ("ServiceAccount", "fd"): -10,
+        ("Role", "fd"): -10,
+        ("RoleBinding", "fd"): -9,
+        ("ClusterRoleBinding", ""): -9,
+        ("RoleBinding", "kube-node-lease"): -9,
+        ("Job", "fd"): 0,
+    }
     pod = job["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     args = build_parser().parse_args(container["args"])
     assert (args.command, args.verb, args.statefulset, args.namespace) == ("fleet", "drain", "r-fakedev-fleet", "fd")
+    # The fleet's name, the same the replicas are given: the drain removes any Node of it a killed replica left.
+    (fleet_container,) = _kinds(objects)["StatefulSet"][0]["spec"]["template"]["spec"]["containers"]
+    assert args.fleet == "r-fakedev" and "--fleet=r-fakedev" in fleet_container["args"]
+    # ... with the fleet's own grants, bound to the hook's account only while the hook runs.
+    sweep = [
+        o
+        for o in hooked
+        if o["kind"] in ("ClusterRoleBinding", "RoleBinding") and o["roleRef"]["name"] == "r-fakedev-fleet"
+    ]
+    assert sorted((o["kind"], o["roleRef"]["kind"]) for o in sweep) == [
+        ("ClusterRoleBinding", "ClusterRole"),
+        ("RoleBinding", "Role"),
+    ]
+    assert all(
+        o["subjects"] == [{"kind": "ServiceAccount", "name": "r-fakedev-fleet-drain", "namespace": "fd"}] for o in sweep
+    )
     assert args.in_cluster and args.timeout == 260
     assert job["spec"]["activeDeadlineSeconds"] == 290 and job["spec"]["backoffLimit"] == 0
     assert pod["serviceAccountName"] == "r-fakedev-fleet-drain" and pod["hostNetwork"] is True

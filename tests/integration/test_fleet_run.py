@@ -241,7 +241,7 @@ def test_a_fleet_runs_replaces_scales_down_and_cleans(
     # Scaled down to one replica: replica 1 decommissions its Nodes, their slices, Leases and pods.
     kube.patch(STATEFUL_SETS, fleet.name, {"spec": {"replicas": 1}}, namespace=test_namespace, patch_type="merge")
     assert second.stop() == 0
-    assert "stopping: decommission" in second.text()
+    assert "stopping: decommission" in second.text() and "decommissioned 2 Node(s)" in second.text()
     assert fleet.nodes() == names[:2]
     for name in names[2:]:
         assert not kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={name}")
@@ -249,32 +249,43 @@ def test_a_fleet_runs_replaces_scales_down_and_cleans(
     assert kube.get_or_none(PODS, "worker", namespace=test_namespace) is None
     assert not list(new_cdi.glob("*.json")), "the claim was not unprepared before the node went"
 
-    # Replica 0 dies hard: its Nodes stay until `fakedev fleet clean` removes them.
+    # Replica 0 dies hard: its Nodes stay until `fakedev fleet clean --replica 0` removes them (and only them).
     first[0].stop(signal.SIGKILL)
     assert fleet.nodes() == names[:2]
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "fakedev",
-            "fleet",
-            "clean",
-            "--fleet",
-            fleet.name,
-            "--kubeconfig",
-            str(fleet.kubeconfig),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    stray = f"{fleet.name}-3-0"
+    register_node(kube, name=stray, labels={"fakedev.io/fleet": fleet.name, "fakedev.io/fleet-replica": "3"})
+    done = _fakedev("fleet", "clean", "--fleet", fleet.name, "--replica", "0", "--kubeconfig", str(fleet.kubeconfig))
     assert done.returncode == 0, done.stderr
-    assert "removed 2 Node(s)" in done.stdout
-    assert fleet.nodes() == []
+    assert f"removed 2 Node(s) with their pods, slices and Leases: {', '.join(names[:2])}" in done.stdout
+    assert fleet.nodes() == [stray]
     for name in names[:2]:
         assert not kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={name}")
         assert kube.get_or_none(LEASES, name, namespace=LEASE_NAMESPACE) is None
+
+    # `fakedev fleet drain` (the chart's uninstall hook): the StatefulSet scaled to 0, its pods gone, then the Node
+    # a killed replica left is removed and reported.
+    done = _fakedev(
+        "fleet", "drain", "--statefulset", fleet.name, "--namespace", test_namespace, "--fleet", fleet.name,
+        "--timeout", "120", "--kubeconfig", str(fleet.kubeconfig),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert kube.get(STATEFUL_SETS, fleet.name, namespace=test_namespace)["spec"]["replicas"] == 0
+    assert f"every replica of {test_namespace}/{fleet.name} is gone" in done.stdout
+    assert f"1 Node(s) of fleet {fleet.name} outlived their replicas" in done.stderr
+    assert "removed 1 Node(s)" in done.stdout
+    assert fleet.nodes() == []
+    assert kube.get_or_none(LEASES, stray, namespace=LEASE_NAMESPACE) is None
+    again = _fakedev(
+        "fleet", "drain", "--statefulset", fleet.name, "--namespace", test_namespace, "--fleet", fleet.name,
+        "--kubeconfig", str(fleet.kubeconfig),
+    )  # fmt: skip
+    assert again.returncode == 0 and f"no Node of fleet {fleet.name} is left" in again.stdout, again.stderr
+
+
+def _fakedev(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fakedev", *args], capture_output=True, text=True, timeout=180, check=False
+    )
 
 
 def test_bad_fleet_arguments_are_refused_before_anything_is_registered(local_cluster: LocalCluster) -> None:

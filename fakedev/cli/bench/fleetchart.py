@@ -12,10 +12,12 @@ import os
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
 from contextlib import suppress
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -35,8 +37,10 @@ REAL_NODE_ADDRESS: Final = "127.0.0.20"
 RELEASE: Final = "benchfleet"
 NAMESPACE: Final = "fakedev-bench-fleet"
 FLEET: Final = f"{RELEASE}-fakedev"
+FLEET_PODS: Final = "app.kubernetes.io/component=fleet"
 CHART_DIR: Final = Path(__file__).resolve().parents[3] / "deploy" / "helm" / "fakedev"
 PROJECT_ROOT: Final = Path(__file__).resolve().parents[3]
+FOLLOW_SECONDS: Final = 900.0
 
 
 def _helm(*args: str) -> None:
@@ -109,6 +113,31 @@ def _drain_logs(kube: KubeClient) -> str:
     return "\n".join(said)
 
 
+@dataclass(kw_only=True)
+class ReplicaLogs:
+    """Each replica's log followed to its end (the container's exit), so what a replica said while it
+    decommissioned is kept after its pod is gone."""
+
+    kube: KubeClient
+    said: dict[str, str] = field(default_factory=dict)
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    def follow(self, pods: list[str]) -> None:
+        for name in pods:
+            thread = threading.Thread(target=self._follow, args=(name,), daemon=True)
+            thread.start()
+            self.threads.append(thread)
+
+    def _follow(self, name: str) -> None:
+        path = f"/api/v1/namespaces/{NAMESPACE}/pods/{name}/log?container=fleet&follow=true"
+        with suppress(Exception):
+            self.said[name] = self.kube.get_text(path, timeout=FOLLOW_SECONDS)[1]
+
+    def wait(self) -> None:
+        for thread in self.threads:
+            thread.join(timeout=FOLLOW_SECONDS)
+
+
 def measure_chart_fleet(
     results: dict[str, Any], *, cluster: LocalCluster, replicas: int, per_replica: int, say: Callable[[str], None]
 ) -> None:
@@ -179,11 +208,20 @@ def measure_chart_fleet(
             f"{max(rss_mib):.0f} MiB ({sum(rss_mib) / total:.1f} MiB per node), kube-apiserver "
             f"{apiserver_cpu / total:.3f} CPU-s per node"
         )
+        logs = ReplicaLogs(kube=kube)
+        logs.follow([p["metadata"]["name"] for p in kube.list(PODS, namespace=NAMESPACE, label_selector=FLEET_PODS)])
         started = time.monotonic()
         try:
             _helm("uninstall", RELEASE, *base_args, "--timeout", "15m")
         except RuntimeError as exc:
             raise RuntimeError(f"{exc}\n{_drain_logs(kube)}") from exc
+        logs.wait()
+        # Every replica must have deleted its own Nodes; the hook's sweep after a killed one is a defect to report.
+        short = {n: t for n, t in logs.said.items() if f"decommissioned {per_replica} Node(s)" not in t}
+        results[f"{key}_replicas_decommissioned"] = len(logs.said) - len(short)
+        for name, text in sorted(short.items()):
+            say(f"fleet from the chart: replica {name} did not decommission all its Nodes; its last lines:")
+            say("\n".join(text.splitlines()[-15:]))
         wait_for(
             lambda: not kube.list(NODES, label_selector=f"fakedev.io/fleet={FLEET}"),
             timeout=600,

@@ -16,8 +16,9 @@ run    Emulate K nodes in this process as replica N of fleet NAME: Nodes NAME-N-
        bound to them have their claims prepared, then run under runc (--pods containers) or are only marked
        Running (--pods status). On SIGTERM the Nodes stay for a replacement to adopt, unless the StatefulSet no
        longer counts this replica (scaled down, uninstalled): then its pods are drained and its Nodes deleted.
-drain  Scale a fleet's StatefulSet to 0 and wait until every replica has decommissioned its Nodes (the chart's
-       pre-delete hook runs it, so that `helm uninstall` leaves no Node behind).
+drain  Scale a fleet's StatefulSet to 0 and wait until every replica has decommissioned its Nodes; with --fleet,
+       then remove (and report) any Node of the fleet a replica left, killed before it finished. The chart's
+       pre-delete hook runs it, so that `helm uninstall` leaves no Node behind.
 clean  Delete the Nodes of a fleet (or of one replica) with their pods, slices and Leases: after a replica died
        hard and will not come back.
 Without --kubeconfig (and without --in-cluster), KUBECONFIG or the cluster of `fakedev cluster up` is used.
@@ -88,6 +89,11 @@ def add_parser(sub: Any) -> None:
     d.add_argument("--statefulset", required=True, help="the fleet's StatefulSet")
     d.add_argument("--namespace", default=None, help="its namespace (default: the pod's, in-cluster)")
     d.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the replicas (default 600)")
+    d.add_argument(
+        "--fleet",
+        default=None,
+        help="the fleet's name: once its replicas are gone, remove any of its Nodes they left (reported)",
+    )
     dapi = d.add_mutually_exclusive_group()
     dapi.add_argument("--kubeconfig", type=Path, default=None)
     dapi.add_argument("--in-cluster", action="store_true", help="use the pod's service account")

@@ -27,7 +27,7 @@ from harness.cluster.nodes import NodeHeartbeats, delete_node
 from harness.node.dra_manager import DraObserver
 from harness.node.emulator import SLICE_WIPE_GRACE, NodeEmulator, NodeSettings
 from harness.node.podmode import PodMode
-from kubeclient import ApiError, Credentials, KubeClient
+from kubeclient import ApiError, ApiUnavailableError, Credentials, KubeClient
 from kubeclient.resources import PODS
 
 log = logging.getLogger("fakedev.fleet")
@@ -37,6 +37,10 @@ START_CONCURRENCY: Final = 8
 """Nodes started at once: each registers a Node, wipes its slices and opens its plugins' servers."""
 REGISTER_SECONDS: Final = 60.0
 DRAIN_SECONDS: Final = 30.0
+DELETE_SECONDS: Final = 60.0
+"""How long a decommission keeps retrying a Node's deletion through API throttling (429) and outages: well inside
+the chart's grace period, so the replica reports what it could not delete before the kubelet kills it."""
+DELETE_BACKOFF: Final = (0.2, 5.0)
 REGISTRY_POLL_SECONDS: Final = 1.0
 PUBLISH_POLL_SECONDS: Final = 0.1
 API_CONNECTIONS: Final = 16
@@ -199,17 +203,31 @@ class FleetReplica:
 
     # -- stop ------------------------------------------------------------------------------------------------------
 
-    async def stop(self, kind: StopKind) -> None:
+    async def stop(self, kind: StopKind) -> StopReport:
         """``KUBELET_STOP``: plugins and emulators stop, the Nodes stay for the replacement. ``DECOMMISSION``: drain
-        every node while its plugins can still unprepare, then delete the Nodes (their slices and Leases too)."""
+        every node while its plugins can still unprepare, then delete the Nodes (their slices and Leases too).
+        One node's failure neither stops the others nor goes unreported: the report names every Node left."""
         for task in list(self._tasks):
             task.cancel()
         nodes = list(self.nodes.values())
-        if kind is StopKind.DECOMMISSION:
-            await asyncio.gather(*(self._drain(n) for n in nodes))
-        await asyncio.gather(*(self._stop_node(n, decommission=kind is StopKind.DECOMMISSION) for n in nodes))
+        decommission = kind is StopKind.DECOMMISSION
+        if decommission:
+            drained = await asyncio.gather(*(self._drain(n) for n in nodes), return_exceptions=True)
+            for node, failure in zip(nodes, drained, strict=True):
+                if failure is not None:  # the Node is still deleted; its pods are orphans then
+                    log.warning("draining a node failed", extra={"fields": {"node": node.name, "error": repr(failure)}})
+        outcomes = await asyncio.gather(
+            *(self._stop_node(n, decommission=decommission) for n in nodes), return_exceptions=True
+        )
         self.heartbeats.stop()
         self.nodes.clear()
+        left = []
+        for node, outcome in zip(nodes, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                log.error("stopping a node failed", extra={"fields": {"node": node.name, "error": repr(outcome)}})
+            if decommission and outcome is not True:
+                left.append(node.name)
+        return StopReport(kind=kind, nodes=len(nodes), left=tuple(sorted(left)))
 
     async def _drain(self, node: FleetNode) -> None:
         pods = await asyncio.to_thread(pods_on_node, self.client, node.name)
@@ -228,16 +246,58 @@ class FleetReplica:
                 extra={"fields": {"node": node.name, "pods": len(node.emulator.workers)}},
             )
 
-    async def _stop_node(self, node: FleetNode, *, decommission: bool) -> None:
+    async def _stop_node(self, node: FleetNode, *, decommission: bool) -> bool:
+        """Stop the node's plugins and emulator; when decommissioning, delete the Node. True: the Node is gone (or
+        stays on purpose)."""
         for app in node.plugins.values():
-            with contextlib.suppress(Exception):
+            try:
                 await app.stop()
+            except Exception as exc:  # a plugin that fails to stop must not keep its Node alive
+                log.warning("a plugin failed to stop", extra={"fields": {"node": node.name, "error": repr(exc)}})
         try:
             await node.emulator.stop(stop_pods=decommission)
-        finally:
-            if decommission:
-                with contextlib.suppress(ApiError):
-                    await asyncio.to_thread(delete_node, self.client, name=node.name)
+        except Exception as exc:  # likewise for the emulator
+            log.warning("the emulator failed to stop", extra={"fields": {"node": node.name, "error": repr(exc)}})
+        if not decommission:
+            return True
+        return await asyncio.to_thread(delete_node_patiently, self.client, name=node.name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StopReport:
+    kind: StopKind
+    nodes: int
+    left: tuple[str, ...]
+    """Nodes a decommission could not delete (``fakedev fleet clean`` removes them)."""
+
+
+def delete_node_patiently(
+    client: KubeClient,
+    *,
+    name: str,
+    seconds: float = DELETE_SECONDS,
+    backoff: tuple[float, float] = DELETE_BACKOFF,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
+    """:func:`delete_node`, retried while the API server says "later" (429, 5xx, unreachable) for up to
+    ``seconds``: hundreds of Nodes decommissioned at once meet the API server's in-flight limits. False when the
+    Node could not be deleted; why is logged."""
+    deadline = time.monotonic() + seconds
+    delay, most = backoff
+    while True:
+        try:
+            delete_node(client, name=name)
+            return True
+        except ApiUnavailableError as exc:
+            if time.monotonic() + delay > deadline:
+                log.error("cannot delete a Node", extra={"fields": {"node": name, "error": str(exc)}})
+                return False
+            log.info("deleting a Node: the API server said later", extra={"fields": {"node": name, "error": str(exc)}})
+        except ApiError as exc:
+            log.error("cannot delete a Node", extra={"fields": {"node": name, "error": str(exc)}})
+            return False
+        sleep(delay)
+        delay = min(delay * 2, most)
 
 
 async def run_bounded(items: Sequence[T], *, limit: int, run: Callable[[T], Awaitable[None]]) -> None:

@@ -220,10 +220,17 @@ async def _serve(
                 say(f"cannot read the StatefulSet ({exc}); leaving the Nodes for a replacement")
     finally:
         say(f"stopping: {kind.value}")
-        await replica.stop(kind)
+        report = await replica.stop(kind)
         observer.close()
+        if report.left:
+            say(
+                f"{len(report.left)} of {report.nodes} Node(s) could not be deleted: {', '.join(report.left)}; "
+                f"remove them with `fakedev fleet clean --fleet {me.fleet} --replica {me.replica}`"
+            )
+        elif kind is StopKind.DECOMMISSION:
+            say(f"decommissioned {report.nodes} Node(s)")
         say("stopped")
-    return 0
+    return 1 if report.left else 0
 
 
 def clean_fleet(args: argparse.Namespace) -> int:
@@ -266,7 +273,28 @@ def drain_fleet(args: argparse.Namespace) -> int:
         left = sorted(p["metadata"]["name"] for p in client.list(PODS, namespace=namespace, label_selector=selector))
         if not left:
             print(f"every replica of {namespace}/{name} is gone", flush=True)
-            return 0
+            return _sweep(client, fleet=args.fleet)
         time.sleep(DRAIN_POLL_SECONDS)
     print(f"fakedev fleet drain: after {args.timeout:.0f}s replicas still stopping: {', '.join(left)}", file=sys.stderr)
     return 1
+
+
+def _sweep(client: KubeClient, *, fleet: str | None) -> int:
+    """With every replica gone, a Node still labelled with the fleet belongs to a replica that was killed before it
+    finished its decommission (its grace period ran out): remove it, and say so, since it points at a defect or a
+    grace period too short for the fleet's size."""
+    if fleet is None:
+        return 0
+    outlived = fleet_node_names(client, selector=fleet_selector(fleet))
+    if not outlived:
+        print(f"no Node of fleet {fleet} is left", flush=True)
+        return 0
+    print(
+        f"fakedev fleet drain: {len(outlived)} Node(s) of fleet {fleet} outlived their replicas (killed before their "
+        f"decommission ended? see the replicas' logs, or raise fleet.terminationGracePeriodSeconds); removing them",
+        file=sys.stderr,
+        flush=True,
+    )
+    removed = remove_nodes(client, names=outlived)
+    print(f"removed {len(removed)} Node(s) with their pods, slices and Leases", flush=True)
+    return 0
