@@ -24,6 +24,7 @@ from typing import Any, Final
 from prometheus_client.parser import text_string_to_metric_families
 
 from fakedev import __version__
+from fakedev.cli.fleet.replica import DELETE_RETRY_MESSAGE
 from fakedev.cli.procfs import cpu_seconds
 from harness.cluster.build import default_cache_root, helm_binary
 from harness.cluster.local import LocalCluster
@@ -219,6 +220,7 @@ def measure_chart_fleet(
         # Every replica must have deleted its own Nodes; the hook's sweep after a killed one is a defect to report.
         short = {n: t for n, t in logs.said.items() if f"decommissioned {per_replica} Node(s)" not in t}
         results[f"{key}_replicas_decommissioned"] = len(logs.said) - len(short)
+        results[f"{key}_node_delete_retries"] = sum(t.count(DELETE_RETRY_MESSAGE) for t in logs.said.values())
         for name, text in sorted(short.items()):
             say(f"fleet from the chart: replica {name} did not decommission all its Nodes; its last lines:")
             say("\n".join(text.splitlines()[-15:]))

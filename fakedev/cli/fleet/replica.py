@@ -41,6 +41,8 @@ DELETE_SECONDS: Final = 60.0
 """How long a decommission keeps retrying a Node's deletion through API throttling (429) and outages: well inside
 the chart's grace period, so the replica reports what it could not delete before the kubelet kills it."""
 DELETE_BACKOFF: Final = (0.2, 5.0)
+DELETE_RETRY_MESSAGE: Final = "deleting a Node: the API server said later"
+"""Logged for each throttled deletion that is retried (the fleet bench counts these lines)."""
 REGISTRY_POLL_SECONDS: Final = 1.0
 PUBLISH_POLL_SECONDS: Final = 0.1
 API_CONNECTIONS: Final = 16
@@ -292,7 +294,7 @@ def delete_node_patiently(
             if time.monotonic() + delay > deadline:
                 log.error("cannot delete a Node", extra={"fields": {"node": name, "error": str(exc)}})
                 return False
-            log.info("deleting a Node: the API server said later", extra={"fields": {"node": name, "error": str(exc)}})
+            log.info(DELETE_RETRY_MESSAGE, extra={"fields": {"node": name, "error": str(exc)}})
         except ApiError as exc:
             log.error("cannot delete a Node", extra={"fields": {"node": name, "error": str(exc)}})
             return False
