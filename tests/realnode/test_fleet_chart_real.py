@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from harness.cluster.local import LocalCluster
-from harness.cluster.nodes import LEASE_NAMESPACE
+from harness.cluster.nodes import LEASE_NAMESPACE, register_node
 from harness.image.assemble import BuiltImage
 from harness.kubevirt.nodefiles import default_kubectl
 from harness.procs import wait_for
@@ -272,10 +272,13 @@ def test_a_fleet_from_the_chart_runs_replaces_and_scales_down(
         assert "hello from an emulated node" in _kubectl(local_cluster, *logs).stdout
 
         # -- uninstall: the hook drains the fleet first; no Node, slice, Lease or fleet pod stays --------------------
+        # A Node no running replica owns (as a replica killed mid-decommission leaves it): the hook removes it.
+        stray = f"{FLEET}-0-99"
+        register_node(kube, name=stray, labels={"fakedev.io/fleet": FLEET, "fakedev.io/fleet-replica": "0"})
         run_helm("uninstall", RELEASE, *helm_args[:4])
         wait_for(lambda: _fleet_pods(kube) == [], timeout=180, what="the fleet's pods gone")
         wait_for(lambda: _fleet_nodes(kube) == [], timeout=60, what="every emulated Node gone")
         assert not _nodes_with_slices(kube) & set(names)
-        for name in names:
+        for name in [*names, stray]:
             assert kube.get_or_none(LEASES, name, namespace=LEASE_NAMESPACE) is None
         kube.delete(NAMESPACES, NAMESPACE)
