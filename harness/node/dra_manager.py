@@ -16,6 +16,7 @@ import json
 import logging
 import time
 import zlib
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from kubeclient.resources import RESOURCE_CLAIMS
 from kubeletapi.types import ClaimRef, PreparedDevice
 
 log = logging.getLogger("harness.node.dra")
+CALLS_KEPT: Final = 1000
 
 CHECKPOINT_VERSION: Final = "fakedev.node/dra-v1"
 PREPARE_METHOD: Final = "NodePrepareResources"
@@ -163,8 +165,9 @@ class DraManager:
     plugins: PluginManager
     checkpoint_path: Path
     claims: dict[str, ClaimInfo] = field(default_factory=dict)
-    calls: list[tuple[str, str, list[str]]] = field(default_factory=list)
-    """(method, driver, claim UIDs) of every gRPC call made, in order — what conformance checks and drills read."""
+    calls: deque[tuple[str, str, list[str]]] = field(default_factory=lambda: deque(maxlen=CALLS_KEPT))
+    """(method, driver, claim UIDs) of the latest gRPC calls, in order — what tests read; bounded, since a fleet's
+    nodes run for days."""
     observer: DraObserver | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 

@@ -370,6 +370,15 @@ def test_fleet_arguments_are_what_fakedev_fleet_run_accepts() -> None:
     assert (args.statefulset, args.namespace, args.in_cluster) == ("r-fd-fleet", "fd", True)
     assert (args.metrics_address, args.metrics_port, args.metrics_port_stride) == ("127.0.0.1", 9100, 0)
     assert args.log_format == "json"
+    assert args.device_faults is False
+
+
+@pytest.mark.parametrize(("value", "watched"), [("true", True), ("false", False)], ids=["faults", "no-faults"])
+def test_fleet_device_fault_watch_follows_its_value(value: str, watched: bool) -> None:
+    objects = helm_template(release="r", namespace="fd", sets=[*FLEET_ON, f"fleet.deviceFaults={value}"])
+    (container,) = _fleet_pod(objects)["containers"]
+    argv = [a.replace("$(POD_INDEX)", "0").replace("$(POD_NAMESPACE)", "fd") for a in container["args"]]
+    assert build_parser().parse_args(argv).device_faults is watched
 
 
 @pytest.mark.parametrize(

@@ -332,7 +332,7 @@ def test_emulator_restart_keeps_containers_and_does_not_prepare_again(
     worker = seed_rig.node.pod_worker(namespace=test_namespace, name="p")
     assert worker is not None
     wait_for(lambda: worker.phase == "Running", timeout=20, what="adopted pod running")
-    assert seed_rig.node.dra.calls == []
+    assert not seed_rig.node.dra.calls
     pod = kube.get(PODS, "p", namespace=test_namespace)
     assert pod["status"]["containerStatuses"][0]["containerID"] == container_id
     assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
