@@ -42,6 +42,8 @@ FLEET_PODS: Final = "app.kubernetes.io/component=fleet"
 CHART_DIR: Final = Path(__file__).resolve().parents[3] / "deploy" / "helm" / "fakedev"
 PROJECT_ROOT: Final = Path(__file__).resolve().parents[3]
 FOLLOW_SECONDS: Final = 900.0
+STEADY_SECONDS: Final = 60.0
+"""The steady-state window after every node is Ready: six Lease renewals per node."""
 
 
 def _helm(*args: str) -> None:
@@ -84,6 +86,17 @@ def _scrape(port: int) -> dict[str, float]:
         for family in text_string_to_metric_families(text)
         for s in family.samples
     }
+
+
+def _etcd_bytes(port: int) -> float:
+    """etcd's logical database size (bytes in use, compaction aside): what the fleet's objects add to it."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "etcd_mvcc_db_total_size_in_use_in_bytes":
+                return float(sample.value)
+    raise RuntimeError("etcd's /metrics has no etcd_mvcc_db_total_size_in_use_in_bytes")
 
 
 def _ready_nodes(kube: KubeClient) -> int:
@@ -164,6 +177,8 @@ def measure_chart_fleet(
         node.import_image(image.archive)
         say(f"fleet from the chart: {replicas} replicas × {per_replica} dgx-h100 nodes on real node {node.name}")
         apiserver = cluster.processes["kube-apiserver"].pid
+        etcd_port = cluster.ports.etcd_client
+        etcd_before = _etcd_bytes(etcd_port)
         before = cpu_seconds(apiserver)
         started = time.monotonic()
         _helm(
@@ -208,6 +223,25 @@ def measure_chart_fleet(
             f"fleet from the chart: {total} nodes Ready with slices {publish_s:.1f}s after helm install; replica RSS "
             f"{max(rss_mib):.0f} MiB ({sum(rss_mib) / total:.1f} MiB per node), kube-apiserver "
             f"{apiserver_cpu / total:.3f} CPU-s per node"
+        )
+        # Steady state: nothing changes but Lease renewals (every 10 s per node) and the watches' bookmarks.
+        steady_api, steady_replicas = (
+            cpu_seconds(apiserver),
+            sum(_scrape(port + r)["process_cpu_seconds_total"] for r in range(replicas)),
+        )
+        steady_started = time.monotonic()
+        time.sleep(STEADY_SECONDS)  # a measurement window, not a wait for a condition
+        minutes = (time.monotonic() - steady_started) / 60
+        steady_api = cpu_seconds(apiserver) - steady_api
+        steady_replicas = sum(_scrape(port + r)["process_cpu_seconds_total"] for r in range(replicas)) - steady_replicas
+        results[f"{key}_steady_apiserver_cpu_s_per_node_min"] = round(steady_api / total / minutes, 4)
+        results[f"{key}_steady_cpu_s_per_node_min"] = round(steady_replicas / total / minutes, 4)
+        etcd_kib = (_etcd_bytes(etcd_port) - etcd_before) / 1024 / total
+        results[f"{key}_etcd_kib_per_node"] = round(etcd_kib, 1)
+        say(
+            f"fleet from the chart: steady state per node and minute: kube-apiserver "
+            f"{steady_api / total / minutes:.4f} CPU-s, replicas {steady_replicas / total / minutes:.4f} CPU-s; "
+            f"etcd {etcd_kib:.1f} KiB per node"
         )
         logs = ReplicaLogs(kube=kube)
         logs.follow([p["metadata"]["name"] for p in kube.list(PODS, namespace=NAMESPACE, label_selector=FLEET_PODS)])

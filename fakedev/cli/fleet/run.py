@@ -33,7 +33,14 @@ from fakedev.model.inventory import resolve_inventory
 from fakedev.profiles import load_profile
 from fakedev.render import Schema, SchemaPin, default_schemas
 from harness.node.podmode import PodMode
-from kubeclient import ApiError, Credentials, KubeClient, credentials_from_kubeconfig, credentials_in_cluster
+from kubeclient import (
+    ApiError,
+    ApiUnavailableError,
+    Credentials,
+    KubeClient,
+    credentials_from_kubeconfig,
+    credentials_in_cluster,
+)
 from kubeclient.resources import NODES, PODS, STATEFUL_SETS
 
 log = logging.getLogger("fakedev.fleet")
@@ -41,6 +48,9 @@ log = logging.getLogger("fakedev.fleet")
 IN_CLUSTER_NAMESPACE: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 EXECUTOR_THREADS: Final = 64
 DRAIN_POLL_SECONDS: Final = 1.0
+STOP_READ_SECONDS: Final = 45.0
+"""How long a stopping replica keeps asking for its StatefulSet (the chart's grace period is 120 s)."""
+RETRY_SECONDS: Final = 2.0
 SNAPSHOT_SECONDS: Final = 2.0
 """How long a scrape waits for the event loop to read the replica's state."""
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -129,6 +139,21 @@ def run_replica(args: argparse.Namespace) -> int:
     return asyncio.run(_serve(spec, credentials=credentials, statefulset=statefulset, metrics=metrics))
 
 
+def _statefulset_replicas_patiently(client: KubeClient, *, where: tuple[str, str] | None) -> int | None:
+    """:func:`_statefulset_replicas` at SIGTERM, retried while the API server does not answer: at an uninstall every
+    replica asks at once while hundreds of Nodes are being drained, and a replica that cannot tell a scale-down from
+    a replacement keeps its Nodes."""
+    deadline = time.monotonic() + STOP_READ_SECONDS
+    while True:
+        try:
+            return _statefulset_replicas(client, where=where)
+        except ApiUnavailableError as exc:
+            if time.monotonic() + RETRY_SECONDS > deadline:
+                raise
+            log.warning("reading the StatefulSet at stop: trying again", extra={"fields": {"error": str(exc)}})
+            time.sleep(RETRY_SECONDS)
+
+
 @dataclass(frozen=True, kw_only=True)
 class MetricsPlace:
     address: str
@@ -214,7 +239,7 @@ async def _serve(
         await stop.wait()
         if statefulset is not None:
             try:
-                counted = await asyncio.to_thread(_statefulset_replicas, replica.client, where=statefulset)
+                counted = await asyncio.to_thread(_statefulset_replicas_patiently, replica.client, where=statefulset)
                 kind = compute_stop_kind(replica=me.replica, statefulset_replicas=counted)
             except ApiError as exc:
                 say(f"cannot read the StatefulSet ({exc}); leaving the Nodes for a replacement")
@@ -270,13 +295,30 @@ def drain_fleet(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.timeout
     left: list[str] = []
     while time.monotonic() < deadline:
-        left = sorted(p["metadata"]["name"] for p in client.list(PODS, namespace=namespace, label_selector=selector))
+        try:
+            pods = client.list(PODS, namespace=namespace, label_selector=selector)
+        except ApiUnavailableError as exc:  # the API server is busiest exactly now: every replica is draining
+            print(f"fakedev fleet drain: {exc}; asking again", file=sys.stderr, flush=True)
+            time.sleep(RETRY_SECONDS)
+            continue
+        left = sorted(p["metadata"]["name"] for p in pods)
         if not left:
             print(f"every replica of {namespace}/{name} is gone", flush=True)
-            return _sweep(client, fleet=args.fleet)
+            return _sweep_patiently(client, fleet=args.fleet, deadline=deadline)
         time.sleep(DRAIN_POLL_SECONDS)
     print(f"fakedev fleet drain: after {args.timeout:.0f}s replicas still stopping: {', '.join(left)}", file=sys.stderr)
     return 1
+
+
+def _sweep_patiently(client: KubeClient, *, fleet: str | None, deadline: float) -> int:
+    while True:
+        try:
+            return _sweep(client, fleet=fleet)
+        except ApiUnavailableError as exc:
+            if time.monotonic() + RETRY_SECONDS > deadline:
+                raise
+            print(f"fakedev fleet drain: {exc}; sweeping again", file=sys.stderr, flush=True)
+            time.sleep(RETRY_SECONDS)
 
 
 def _sweep(client: KubeClient, *, fleet: str | None) -> int:
