@@ -30,7 +30,8 @@ from harness.procs import Process, RunDir, start_process, wait_for
 from harness.realnode.node import host_routes, remove_bridge
 from harness.realnode.podnetwork import pick_subnet, route_networks
 
-START_TIMEOUT_SECONDS: Final = 60.0
+START_TIMEOUT_SECONDS: Final = 120.0
+"""Usually under a second; a machine busy with builds has been seen to need more than 60 s."""
 STOP_TIMEOUT_SECONDS: Final = 30.0
 _STATE_DIR: Final = "docker"
 
@@ -132,4 +133,14 @@ def start_docker_daemon(*, run: RunDir, progress: Callable[[str], None] | None =
 
 
 def _failure(process: Process, what: str) -> str:
-    return f"dockerd {what}; last log lines ({process.log_path}):\n{process.log_tail(lines=20)}"
+    return f"dockerd {what} ({_state(process)}); last log lines ({process.log_path}):\n{process.log_tail(lines=20)}"
+
+
+def _state(process: Process) -> str:
+    """What the process is doing (a daemon that never answers: blocked in the kernel, or waiting on something)."""
+    try:
+        state = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        wchan = Path(f"/proc/{process.pid}/wchan").read_text().strip() or "-"
+    except OSError:
+        return f"exit status {process.popen.poll()}"
+    return f"process state {state}, waiting in {wchan}"
