@@ -10,7 +10,7 @@ import yaml
 
 from fakedev.cli.cluster_serve import node_names, render_ready_line
 from harness.cluster.config import ClusterSettings, Layout, Ports, render_apiserver_args, render_portable_kubeconfig
-from harness.docker.clusterspec import READY_PREFIX, docker_run_flags, sdk_run_options
+from harness.docker.clusterspec import KUBECONFIG_PATH, READY_PREFIX, docker_run_flags, sdk_run_options
 from harness.image.recipe import CLUSTER_API_PORT
 
 
@@ -55,3 +55,12 @@ def test_the_cluster_container_asks_for_explicit_capabilities_never_privileged()
     assert "privileged" not in options
     assert options["cap_add"] == ["SYS_ADMIN", "NET_ADMIN"]
     assert options["security_opt"] == ["seccomp=unconfined", "apparmor=unconfined"]
+
+
+def test_the_other_languages_documentation_names_every_option_the_provider_uses() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "testcontainers.md").read_text()
+    for flag in docker_run_flags():
+        assert f"`{flag}`" in text, flag
+    assert READY_PREFIX in text
+    assert KUBECONFIG_PATH in text
+    assert f"{CLUSTER_API_PORT}/tcp" in text
