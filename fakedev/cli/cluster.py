@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fakedev.cli.args import positive_count
 from harness.cluster import build as cluster_build
 from harness.cluster import daemon
 from harness.docker.clusterspec import KUBECONFIG_PATH
@@ -87,7 +86,7 @@ def add_parser(sub: Any) -> None:
         description=SERVE_DESCRIPTION,
     )
     s.add_argument("--profile", required=True, help="node profile of every emulated node (`fakedev profile list`)")
-    s.add_argument("--nodes", type=positive_count, default=1, help="how many emulated nodes (default 1)")
+    s.add_argument("--nodes", type=int, default=1, help="how many emulated nodes (default 1)")
     s.add_argument(
         "--kubeconfig-out",
         type=Path,
@@ -101,7 +100,7 @@ def add_parser(sub: Any) -> None:
     )
     s.add_argument(
         "--port",
-        type=positive_count,
+        type=int,
         default=CLUSTER_API_PORT,
         help=f"kube-apiserver's port (default {CLUSTER_API_PORT})",
     )
@@ -146,6 +145,9 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    # (Checked here, not with fakedev.cli.args' types: importing that module costs `cluster build` 0.1 s.)
+    if args.nodes < 1 or not 0 < args.port < 65536:
+        raise SystemExit("fakedev cluster serve: --nodes must be at least 1 and --port within 1–65535")
     from fakedev.cli.cluster_serve import ServeOptions, serve
 
     return serve(

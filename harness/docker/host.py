@@ -13,8 +13,6 @@ import signal
 from pathlib import Path
 from typing import Final
 
-from pyroute2.netlink.exceptions import NetlinkError
-
 from harness.errors import DockerUnsupportedError
 from harness.procs import wait_for
 from harness.runtime.netns import netlink
@@ -25,6 +23,9 @@ _MNT_DETACH: Final = 2
 
 def add_bridge(*, name: str, address: ipaddress.IPv4Interface) -> None:
     """Create the bridge dockerd attaches containers to, with the gateway address, up."""
+    # Imported here: the reaper imports this module, and every command imports the reaper (pyroute2 costs 0.1 s).
+    from pyroute2.netlink.exceptions import NetlinkError
+
     try:
         with netlink(None) as ip:
             ip.link("add", ifname=name, kind="bridge")
