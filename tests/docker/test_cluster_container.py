@@ -117,6 +117,16 @@ def test_a_stopped_container_leaves_no_container_network_or_volume(
         assert {v.id for v in client.volumes.list()} == volumes
 
 
+def test_docker_stop_ends_the_cluster_cleanly(docker_daemon: DockerDaemon, cluster_image: str) -> None:
+    """SIGTERM (what `docker stop` and other languages' testcontainers send) drains and stops everything: exit 0."""
+    with FakedevContainer(profile="seed-example", image=cluster_image, docker_host=docker_daemon.host) as cluster:
+        container = cluster.get_wrapped_container()
+        container.stop(timeout=60)
+        container.reload()
+        assert container.attrs["State"]["ExitCode"] == 0, cluster.logs_text()[-3000:]
+        assert "[serve] stopping" in cluster.logs_text().splitlines()
+
+
 def _run_ids(client: docker.DockerClient) -> set[str]:
     return {c.labels[RUN_ID_LABEL] for c in client.containers.list(all=True) if RUN_ID_LABEL in c.labels}
 
