@@ -72,7 +72,7 @@ def test_the_seed_example_s_pod_runs_in_the_container_and_sees_its_device(
         assert isinstance(output, bytes)
         assert "device allocated" in output.decode().splitlines()
     finally:
-        kubectl(kubeconfig, "delete", "--wait=true", "--timeout=60s", "-f", str(SEED_EXAMPLE))
+        kubectl(kubeconfig, "delete", "--grace-period=1", "--wait=true", "--timeout=60s", "-f", str(SEED_EXAMPLE))
 
 
 def test_a_drill_runs_against_the_container_s_cluster(kubeconfig: Path, tmp_path: Path) -> None:
