@@ -16,13 +16,16 @@ from any repository::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,6 +62,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--fakedev-run-base",
         default=None,
         help="where run directories are created (default: $FAKEDEV_RUN_BASE or the temp dir)",
+    )
+    group.addoption(
+        "--fakedev-cluster-image",
+        default=None,
+        help="image of the fakedev_cluster_container fixture (default: $FAKEDEV_CLUSTER_IMAGE, else "
+        "fakedev.local/fakedev:<version>-cluster from `fakedev image build --with-cluster`)",
+    )
+    group.addoption(
+        "--fakedev-cluster-profile",
+        default="seed-example",
+        help="node profile of the fakedev_cluster_container fixture's nodes (default: seed-example)",
+    )
+    group.addoption(
+        "--fakedev-cluster-nodes", type=int, default=1, help="emulated nodes in fakedev_cluster_container (default 1)"
     )
     group.addoption(
         "--dra-driver",
@@ -129,6 +146,60 @@ def test_namespace(kube: KubeClient, request: pytest.FixtureRequest) -> Iterator
 def unique_name(request: pytest.FixtureRequest) -> str:
     """A DNS-label name unique to this test, for cluster-scoped objects and emulated nodes."""
     return _dns_label(request.node.name, limit=40) + f"-{os.urandom(3).hex()}"
+
+
+# -- a whole fake cluster in a container (testcontainers) -----------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterContainerSettings:
+    """What the ``fakedev_cluster_container`` fixture starts; override ``fakedev_cluster_container_settings`` to
+    choose in code (``docker_host`` None: Docker as ``DOCKER_HOST`` or the default socket says)."""
+
+    profile: str
+    nodes: int
+    image: str | None = None
+    docker_host: str | None = None
+
+
+@pytest.fixture(scope="session")
+def fakedev_cluster_container_settings(request: pytest.FixtureRequest) -> ClusterContainerSettings:
+    """From ``--fakedev-cluster-image``, ``--fakedev-cluster-profile`` and ``--fakedev-cluster-nodes``."""
+    return ClusterContainerSettings(
+        profile=request.config.getoption("--fakedev-cluster-profile"),
+        nodes=request.config.getoption("--fakedev-cluster-nodes"),
+        image=request.config.getoption("--fakedev-cluster-image"),
+    )
+
+
+@pytest.fixture(scope="session")
+def fakedev_cluster_container(fakedev_cluster_container_settings: ClusterContainerSettings) -> Iterator[Any]:
+    """A :class:`harness.testcontainers.FakedevContainer`, started once per session (per xdist worker) and removed
+    after it; ``.kubeconfig()`` works from the host. A test that fails gets the container's log in its report.
+    Needs ``fakedev[testcontainers]``."""
+    from harness.testcontainers import FakedevContainer
+
+    settings = fakedev_cluster_container_settings
+    container = FakedevContainer(
+        profile=settings.profile, nodes=settings.nodes, image=settings.image, docker_host=settings.docker_host
+    )
+    with container:
+        yield container
+
+
+CLUSTER_LOG_SECTION = "fakedev cluster container log"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test that used ``fakedev_cluster_container`` gets the container's log as a report section."""
+    report: pytest.TestReport = yield
+    funcargs: dict[str, object] = getattr(item, "funcargs", {})
+    container = funcargs.get("fakedev_cluster_container")
+    if report.failed and report.when == "call" and container is not None:
+        with contextlib.suppress(Exception):  # a container gone already has nothing to add
+            report.sections.append((CLUSTER_LOG_SECTION, container.logs_text()))  # type: ignore[attr-defined]
+    return report
 
 
 # -- the DRA driver conformance suite as pytest tests ---------------------------------------------------------------

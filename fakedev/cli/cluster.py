@@ -1,4 +1,4 @@
-"""``fakedev cluster build|up|down|env``: the local Kubernetes 1.37 control plane."""
+"""``fakedev cluster build|up|down|env|serve``: the local Kubernetes 1.37 control plane."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from typing import Any
 
 from harness.cluster import build as cluster_build
 from harness.cluster import daemon
+from harness.docker.clusterspec import KUBECONFIG_PATH
+from harness.image.recipe import CLUSTER_API_PORT
 
 
 def _stderr(message: str) -> None:
@@ -77,6 +79,56 @@ def add_parser(sub: Any) -> None:
     e.add_argument("--state-dir", type=Path, default=None, help=state_help)
     e.set_defaults(handler=_env)
 
+    s = verbs.add_parser(
+        "serve",
+        help="a control plane and emulated nodes in the foreground (the command of the cluster container)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=SERVE_DESCRIPTION,
+    )
+    s.add_argument("--profile", required=True, help="node profile of every emulated node (`fakedev profile list`)")
+    s.add_argument("--nodes", type=int, default=1, help="how many emulated nodes (default 1)")
+    s.add_argument(
+        "--kubeconfig-out",
+        type=Path,
+        default=Path(KUBECONFIG_PATH),
+        help=f"where to write the kubeconfig for the container's host (default {KUBECONFIG_PATH})",
+    )
+    s.add_argument(
+        "--bind-address",
+        default="0.0.0.0",
+        help="kube-apiserver's listening address (default 0.0.0.0: every address of the container)",
+    )
+    s.add_argument(
+        "--port",
+        type=int,
+        default=CLUSTER_API_PORT,
+        help=f"kube-apiserver's port (default {CLUSTER_API_PORT})",
+    )
+    s.add_argument("--base", type=Path, default=None, help="where run and node directories live (default: temp dir)")
+    s.set_defaults(handler=_serve)
+
+
+SERVE_DESCRIPTION = """\
+Run a whole fake cluster in the foreground, as the fakedev cluster image does (`fakedev image build --with-cluster`):
+etcd, kube-apiserver, kube-scheduler and kube-controller-manager from the binary cache ($FAKEDEV_CACHE; the image
+carries them), kube-apiserver listening on --bind-address:--port with a certificate valid for 127.0.0.1 and
+localhost, and --nodes emulated nodes of --profile named fakedev-node-0 … with their fake plugins, running pods'
+containers under runc (as `fakedev node run`).
+
+It writes a kubeconfig for the host to --kubeconfig-out (certificates inline, server https://127.0.0.1:PORT: rewrite
+the port to the one the container's port is published on) and, once every Node is Ready and has its ResourceSlices
+published, prints one line on stdout:
+
+  fakedev: cluster ready: N node(s) with slices; kubeconfig at PATH
+
+In a container it first remounts the container's own (read-only) cgroups writable, so runc can run the pods: the
+container needs CAP_SYS_ADMIN and CAP_NET_ADMIN, seccomp=unconfined (runc's keyring) and, where AppArmor is on,
+apparmor=unconfined — never --privileged (docs/testcontainers.md).
+
+SIGTERM (docker stop) or SIGINT drains the nodes' pods, removes the nodes and stops the control plane. A failing
+component ends the command with an error.
+"""
+
 
 def _build(args: argparse.Namespace) -> int:
     started = time.monotonic()
@@ -90,6 +142,24 @@ def _build(args: argparse.Namespace) -> int:
         print(f"{name}\t{path}")
     _stderr(f"done in {time.monotonic() - started:.1f}s")
     return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    # (Checked here, not with fakedev.cli.args' types: importing that module costs `cluster build` 0.1 s.)
+    if args.nodes < 1 or not 0 < args.port < 65536:
+        raise SystemExit("fakedev cluster serve: --nodes must be at least 1 and --port within 1–65535")
+    from fakedev.cli.cluster_serve import ServeOptions, serve
+
+    return serve(
+        ServeOptions(
+            profile=args.profile,
+            nodes=args.nodes,
+            port=args.port,
+            bind_address=args.bind_address,
+            kubeconfig_out=args.kubeconfig_out,
+            base=args.base,
+        )
+    )
 
 
 def _up(args: argparse.Namespace) -> int:

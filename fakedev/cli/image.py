@@ -54,6 +54,15 @@ def add_parser(sub: Any) -> None:
         help="org.opencontainers.image.source (default: the git remote 'origin', else 'local')",
     )
     b.add_argument("--force", action="store_true", help="assemble the archive again even when it is cached")
+    b.add_argument(
+        "--with-cluster",
+        action="store_true",
+        help=f"the cluster flavour, {recipe.image_reference(version=__version__, flavour=recipe.Flavour.CLUSTER)} in "
+        f"OUT/{recipe.archive_name(version=__version__, flavour=recipe.Flavour.CLUSTER)}: one more layer with "
+        f"kube-apiserver, kube-scheduler, kube-controller-manager and etcd from `fakedev cluster build`'s cache "
+        f"(copied to {recipe.CLUSTER_CACHE}, where FAKEDEV_CACHE points), so `fakedev cluster serve` runs a whole "
+        "fake cluster in a container (docs/testcontainers.md)",
+    )
     b.set_defaults(handler=_build)
 
     lock = verbs.add_parser(
@@ -76,6 +85,7 @@ def _build(args: argparse.Namespace) -> int:
         progress=_stderr,
         source=args.source_url,
         force=args.force,
+        flavour=recipe.Flavour.CLUSTER if args.with_cluster else recipe.Flavour.PLAIN,
     )
     how = "from the cache" if built.from_cache else "assembled"
     _stderr(f"{built.reference} {how} in {built.seconds:.1f} s")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +78,11 @@ class ClusterSettings:
     runtime_config: Mapping[str, bool] = field(default_factory=lambda: dict(RUNTIME_CONFIG))
     controllers: tuple[str, ...] = CONTROLLERS
     verbosity: int = 1
+    apiserver_bind: str = "127.0.0.1"
+    """Where kube-apiserver listens; a cluster in a container listens on every address so a published port reaches
+    it (the other components and clients inside still use 127.0.0.1)."""
+    apiserver_port: int | None = None
+    """kube-apiserver's port; None: a free one picked at start (a container's is fixed so it can be published)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,7 +146,7 @@ def render_apiserver_args(*, binary: Path, layout: Layout, ports: Ports, setting
     return [
         str(binary),
         f"--etcd-servers=http://127.0.0.1:{ports.etcd_client}",
-        "--bind-address=127.0.0.1",
+        f"--bind-address={settings.apiserver_bind}",
         "--advertise-address=127.0.0.1",
         f"--secure-port={ports.apiserver}",
         f"--cert-dir={pki}",
@@ -221,6 +227,29 @@ def render_kubeconfig(*, server: str, ca: Path, cert: Path, key: Path, user: str
         "clusters": [{"name": "fakedev", "cluster": {"server": server, "certificate-authority": str(ca)}}],
         "users": [{"name": user, "user": {"client-certificate": str(cert), "client-key": str(key)}}],
         "contexts": [{"name": "fakedev", "context": {"cluster": "fakedev", "user": user}}],
+        "current-context": "fakedev",
+    }
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def render_portable_kubeconfig(*, server: str, ca_pem: bytes, cert_pem: bytes, key_pem: bytes) -> str:
+    """A kubeconfig carrying its certificates inline: it works wherever it is copied to (a container's cluster,
+    read from the host)."""
+
+    def inline(pem: bytes) -> str:
+        return base64.b64encode(pem).decode()
+
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "fakedev", "cluster": {"server": server, "certificate-authority-data": inline(ca_pem)}}],
+        "users": [
+            {
+                "name": "fakedev-admin",
+                "user": {"client-certificate-data": inline(cert_pem), "client-key-data": inline(key_pem)},
+            }
+        ],
+        "contexts": [{"name": "fakedev", "context": {"cluster": "fakedev", "user": "fakedev-admin"}}],
         "current-context": "fakedev",
     }
     return yaml.safe_dump(config, sort_keys=False)

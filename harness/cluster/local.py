@@ -86,6 +86,17 @@ class LocalCluster:
             self._client = KubeClient(self.credentials)
         return self._client
 
+    def portable_kubeconfig(self) -> str:
+        """The admin kubeconfig with its certificates inline, for a client on another filesystem (the host of a
+        container this cluster runs in); its server is 127.0.0.1 at the API server's port."""
+        pki = self.layout.pki
+        return cfg.render_portable_kubeconfig(
+            server=self.server,
+            ca_pem=(pki / "ca.crt").read_bytes(),
+            cert_pem=(pki / "admin.crt").read_bytes(),
+            key_pem=(pki / "admin.key").read_bytes(),
+        )
+
     def dead_component(self) -> ComponentError | None:
         """The first component that has exited, as an error carrying its log tail."""
         for proc in self.processes.values():
@@ -206,7 +217,8 @@ def _prepare(*, run: RunDir, settings: cfg.ClusterSettings) -> LocalCluster:
     layout = cfg.Layout(root=run.path)
     pki = create_cluster_pki(directory=layout.pki)
     p = _free_ports(5)
-    ports = cfg.Ports(etcd_client=p[0], etcd_peer=p[1], apiserver=p[2], scheduler=p[3], controller_manager=p[4])
+    apiserver = settings.apiserver_port or p[2]
+    ports = cfg.Ports(etcd_client=p[0], etcd_peer=p[1], apiserver=apiserver, scheduler=p[3], controller_manager=p[4])
     server = f"https://127.0.0.1:{ports.apiserver}"
     layout.kubeconfig.write_text(
         cfg.render_kubeconfig(server=server, ca=pki.ca.cert, cert=pki.admin.cert, key=pki.admin.key)

@@ -6,7 +6,9 @@ Layers, each cached by its inputs under ``<cache>/image/``:
 1. Debian 12 (``rootfs/<key>/rootfs.tar``): mmdebstrap from the host's own package indices, keyed by the package list,
    the sources and the indices' ``InRelease`` digests; its timestamps are the indices' ``Date``.
 2. the locked dependency wheels, installed by pip running inside that rootfs (so paths and shebangs are the image's);
-3. fakedev's own wheel (a commit changes only this small layer).
+3. fakedev's own wheel (a commit changes only this small layer);
+4. the cluster flavour only (``--with-cluster``): the control plane's binaries from ``fakedev cluster build``'s
+   cache, laid out as that cache under :data:`~harness.image.recipe.CLUSTER_CACHE`.
 
 The finished archive is cached by all inputs together, so a warm build with nothing changed is a copy.
 """
@@ -30,8 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Final
 
+from harness.cluster.build import DEFAULT_GROUPS, cache_entry, check_cache
 from harness.errors import ImageError
 from harness.image.recipe import (
+    CLUSTER_CACHE,
+    Flavour,
     ImageIdentity,
     Lock,
     apt_list_prefix,
@@ -261,7 +266,9 @@ def _normalize(tree: Path, *, epoch: int) -> None:
 # -- the image -----------------------------------------------------------------------------------------------------
 
 
-def git_identity(*, project_root: Path, version: str, source: str | None) -> ImageIdentity:
+def git_identity(
+    *, project_root: Path, version: str, source: str | None, flavour: Flavour = Flavour.PLAIN
+) -> ImageIdentity:
     def git(*args: str) -> str:
         return _run(["git", "-C", str(project_root), *args], what=f"git {args[0]}").strip()
 
@@ -274,7 +281,7 @@ def git_identity(*, project_root: Path, version: str, source: str | None) -> Ima
             ["git", "-C", str(project_root), "remote", "get-url", "origin"], capture_output=True, text=True, check=False
         )
         source = done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else "local"
-    return ImageIdentity(version=version, revision=revision, source=source, epoch=epoch)
+    return ImageIdentity(version=version, revision=revision, source=source, epoch=epoch, flavour=flavour)
 
 
 def _umoci(*args: str, what: str) -> str:
@@ -282,7 +289,14 @@ def _umoci(*args: str, what: str) -> str:
 
 
 def _assemble(
-    *, work: Path, rootfs: RootfsEntry, deps: Path, app: Path, identity: ImageIdentity, archive: Path
+    *,
+    work: Path,
+    rootfs: RootfsEntry,
+    deps: Path,
+    app: Path,
+    identity: ImageIdentity,
+    archive: Path,
+    cluster: Path | None,
 ) -> None:
     layout = work / "layout"
     image = f"{layout}:{LAYOUT_TAG}"
@@ -301,6 +315,11 @@ def _assemble(
         (app, "pip install fakedev"),
     ):
         _umoci("insert", f"--image={image}", when, f"--history.created_by={label}", str(tree), "/usr/local", what=label)
+    if cluster is not None:
+        label = "fakedev cluster build (kube-apiserver, kube-scheduler, kube-controller-manager, etcd)"
+        _umoci(
+            "insert", f"--image={image}", when, f"--history.created_by={label}", str(cluster), CLUSTER_CACHE, what=label
+        )
     _umoci("config", f"--image={image}", *compute_config_args(identity=identity), what="config")
     _umoci("tag", f"--image={image}", identity.reference, what="tag")
     _umoci("rm", f"--image={image}", what="rm")
@@ -348,8 +367,10 @@ def build_image(
     progress: Progress,
     source: str | None = None,
     force: bool = False,
+    flavour: Flavour = Flavour.PLAIN,
 ) -> BuiltImage:
-    """``build/image/fakedev-<version>.oci.tar``: an OCI layout plus a docker ``manifest.json``, tarred.
+    """``build/image/fakedev-<version>.oci.tar``: an OCI layout plus a docker ``manifest.json``, tarred (the cluster
+    flavour: ``fakedev-<version>-cluster.oci.tar``, its binaries from the cache under ``cache_root``).
 
     One build at a time per cache (two test workers, or a test and ``make image``, would otherwise build the same
     rootfs into the same directory): the others wait on the cache's lock and then find the result cached."""
@@ -367,6 +388,7 @@ def build_image(
             progress=progress,
             source=source,
             force=force,
+            flavour=flavour,
         )
 
 
@@ -378,26 +400,62 @@ def _try_lock(handle: IO[str]) -> bool:
     return True
 
 
+def cluster_entries(*, cache_root: Path) -> dict[str, Path]:
+    """The control plane's cache entries (``k8s/<version>`` …) the cluster flavour carries; a missing or broken
+    one is an error saying to build it."""
+    entries: dict[str, Path] = {}
+    for group in DEFAULT_GROUPS:
+        if (reason := check_cache(group=group, cache_root=cache_root)) is not None:
+            raise ImageError(
+                f"the cluster image needs {group.group} {group.version} ({reason}): run `fakedev cluster build`"
+            )
+        entries[f"{group.group}/{group.version}"] = cache_entry(group=group, cache_root=cache_root)
+    return entries
+
+
 def _build_image_locked(
-    *, project_root: Path, version: str, out_dir: Path, cache: Path, progress: Progress, source: str | None, force: bool
+    *,
+    project_root: Path,
+    version: str,
+    out_dir: Path,
+    cache: Path,
+    progress: Progress,
+    source: str | None,
+    force: bool,
+    flavour: Flavour,
 ) -> BuiltImage:
     started = time.monotonic()
-    identity = git_identity(project_root=project_root, version=version, source=source)
+    identity = git_identity(project_root=project_root, version=version, source=source, flavour=flavour)
+    cluster = cluster_entries(cache_root=cache.parent) if flavour is Flavour.CLUSTER else None
+    manifests = {name: _sha256(entry / "manifest.json") for name, entry in (cluster or {}).items()}
     lock = read_lock(project_root=project_root)
     wheel = build_fakedev_wheel(
         project_root=project_root, cache_dir=cache / "fakedev-wheel", epoch=identity.epoch, progress=progress
     )
     rootfs = ensure_rootfs(cache=cache, progress=progress)
     lock_text = (project_root / LOCK_PATH).read_text()
-    key = compute_image_key(rootfs_key=rootfs.key, lock_text=lock_text, wheel_sha256=_sha256(wheel), identity=identity)
-    cached = cache / "images" / key / archive_name(version=version)
-    archive = out_dir / archive_name(version=version)
+    key = compute_image_key(
+        rootfs_key=rootfs.key,
+        lock_text=lock_text,
+        wheel_sha256=_sha256(wheel),
+        identity=identity,
+        cluster_manifests=manifests,
+    )
+    cached = cache / "images" / key / archive_name(version=version, flavour=flavour)
+    archive = out_dir / archive_name(version=version, flavour=flavour)
     from_cache = cached.is_file() and not force
     if from_cache:
         os.utime(cached.parent)
     if not from_cache:
         _build_archive(
-            cache=cache, rootfs=rootfs, lock=lock, wheel=wheel, identity=identity, target=cached, progress=progress
+            cache=cache,
+            rootfs=rootfs,
+            lock=lock,
+            wheel=wheel,
+            identity=identity,
+            target=cached,
+            progress=progress,
+            cluster=cluster,
         )
         _prune(cache / "images", keep=KEEP_ARCHIVES)
         _prune(cache / "rootfs", keep=KEEP_ROOTFS)
@@ -416,7 +474,7 @@ def _build_image_locked(
 
 def _build_archive(
     *, cache: Path, rootfs: RootfsEntry, lock: Lock, wheel: Path, identity: ImageIdentity, target: Path,
-    progress: Progress,
+    progress: Progress, cluster: Mapping[str, Path] | None,
 ) -> None:  # fmt: skip
     wheels = cache / "wheels"
     download_wheels(lock=lock, directory=wheels, progress=progress)
@@ -439,7 +497,21 @@ def _build_archive(
         deps, app = tree / "layer-deps" / "usr" / "local", tree / "layer-app" / "usr" / "local"
         for layer in (deps, app):
             _normalize(layer, epoch=identity.epoch)
+        binaries = _stage_cluster(cluster, work=work, epoch=identity.epoch) if cluster is not None else None
         progress("assembling the OCI image (umoci) and its archive (tar)")
         archive = work / target.name
-        _assemble(work=work, rootfs=rootfs, deps=deps, app=app, identity=identity, archive=archive)
+        _assemble(work=work, rootfs=rootfs, deps=deps, app=app, identity=identity, archive=archive, cluster=binaries)
         _atomic_copy(archive, target)
+
+
+def _stage_cluster(entries: Mapping[str, Path], *, work: Path, epoch: int) -> Path:
+    """A copy of the control plane's cache entries, as the cache lays them out, with the image's one mtime."""
+    tree = work / "cluster-cache"
+    for name, entry in entries.items():
+        target = tree / name
+        target.mkdir(parents=True)
+        for item in entry.iterdir():
+            if item.is_file():
+                shutil.copy2(item, target / item.name)
+    _normalize(tree, epoch=epoch)
+    return tree

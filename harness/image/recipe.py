@@ -6,6 +6,7 @@ The I/O that follows this recipe (pip, mmdebstrap, umoci, tar) lives in :mod:`ha
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
 import re
@@ -70,17 +71,37 @@ IMAGE_ENV: Final = (
 )
 IMAGE_CMD: Final = "--help"
 
+
+class Flavour(enum.Enum):
+    """What the image carries besides fakedev: ``plain`` (the plugin's image) or ``cluster`` (also the control
+    plane's binaries, for ``fakedev cluster serve``: the testcontainers image)."""
+
+    PLAIN = "plain"
+    CLUSTER = "cluster"
+
+    @property
+    def tag_suffix(self) -> str:
+        return "" if self is Flavour.PLAIN else f"-{self.value}"
+
+
+CLUSTER_CACHE: Final = "/var/cache/fakedev"
+"""Where the cluster flavour keeps the control plane's binaries, laid out as ``fakedev cluster build``'s cache
+(``k8s/<version>/``, ``etcd/<version>/`` with their manifests), so ``cached_binaries()`` finds them without Go."""
+CLUSTER_ENV: Final = (f"FAKEDEV_CACHE={CLUSTER_CACHE}",)
+CLUSTER_API_PORT: Final = 6443
+"""The port ``fakedev cluster serve`` runs kube-apiserver on by default."""
+
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 _LOCK_LINE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+) --hash=sha256:([0-9a-f]{64})$")
 _LOCK_HEADER = "# requirements-digest: "
 
 
-def image_reference(*, version: str) -> str:
-    return f"{IMAGE_NAME}:{version}"
+def image_reference(*, version: str, flavour: Flavour = Flavour.PLAIN) -> str:
+    return f"{IMAGE_NAME}:{version}{flavour.tag_suffix}"
 
 
-def archive_name(*, version: str) -> str:
-    return f"fakedev-{version}.oci.tar"
+def archive_name(*, version: str, flavour: Flavour = Flavour.PLAIN) -> str:
+    return f"fakedev-{version}{flavour.tag_suffix}.oci.tar"
 
 
 def canonical_name(name: str) -> str:
@@ -305,10 +326,11 @@ class ImageIdentity:
     source: str
     epoch: int
     """SOURCE_DATE_EPOCH: the commit's time; every timestamp in the image is this one."""
+    flavour: Flavour = Flavour.PLAIN
 
     @property
     def reference(self) -> str:
-        return image_reference(version=self.version)
+        return image_reference(version=self.version, flavour=self.flavour)
 
     @property
     def created(self) -> str:
@@ -342,22 +364,37 @@ def compute_config_args(*, identity: ImageIdentity) -> list[str]:
         f"--author=fakedev {identity.version}",
         "--no-history",
     ]
-    args += [f"--config.env={value}" for value in IMAGE_ENV]
+    env = IMAGE_ENV + (CLUSTER_ENV if identity.flavour is Flavour.CLUSTER else ())
+    args += [f"--config.env={value}" for value in env]
+    if identity.flavour is Flavour.CLUSTER:
+        # `fakedev cluster serve`'s kube-apiserver; documentation for `docker run -P` and other languages' clients.
+        args.append(f"--config.exposedports={CLUSTER_API_PORT}/tcp")
     for key, value in identity.annotations().items():
         args += [f"--config.label={key}={value}", f"--manifest.annotation={key}={value}"]
     return args
 
 
-def compute_image_key(*, rootfs_key: str, lock_text: str, wheel_sha256: str, identity: ImageIdentity) -> str:
-    return digest_of(
-        {
-            "recipe": RECIPE_VERSION,
-            "rootfs": rootfs_key,
-            "lock": sha256_text(lock_text),
-            "fakedev": wheel_sha256,
-            "identity": identity.annotations(),
-        }
-    )
+def compute_image_key(
+    *,
+    rootfs_key: str,
+    lock_text: str,
+    wheel_sha256: str,
+    identity: ImageIdentity,
+    cluster_manifests: Mapping[str, str] | None = None,
+) -> str:
+    """The archive's cache key; the cluster flavour's also covers the control plane's binaries (their cache
+    manifests, which record every binary's SHA-256 and recipe). The plain image's key is what it always was."""
+    inputs: dict[str, object] = {
+        "recipe": RECIPE_VERSION,
+        "rootfs": rootfs_key,
+        "lock": sha256_text(lock_text),
+        "fakedev": wheel_sha256,
+        "identity": identity.annotations(),
+    }
+    if identity.flavour is Flavour.CLUSTER:
+        inputs["flavour"] = identity.flavour.value
+        inputs["cluster"] = dict(sorted((cluster_manifests or {}).items()))
+    return digest_of(inputs)
 
 
 class DockerManifestEntry(TypedDict):

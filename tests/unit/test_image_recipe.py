@@ -8,12 +8,16 @@ from pathlib import Path
 import pytest
 
 from harness.image.recipe import (
+    CLUSTER_CACHE,
     AptSource,
+    Flavour,
     ImageIdentity,
     Lock,
     LockedWheel,
     apt_list_prefix,
+    archive_name,
     compute_config_args,
+    compute_image_key,
     compute_image_requirements,
     compute_rootfs_key,
     parse_apt_sources,
@@ -117,3 +121,28 @@ def test_labels_and_annotations_carry_the_fixed_creation_time() -> None:
     assert "--manifest.annotation=org.opencontainers.image.revision=abc" in args
     assert "--config.label=org.opencontainers.image.version=0.1.0" in args
     assert identity.reference == "fakedev.local/fakedev:0.1.0"
+
+
+def test_the_cluster_flavour_is_tagged_apart_and_points_fakedev_cache_at_its_binaries() -> None:
+    identity = ImageIdentity(version="0.1.0", revision="abc", source="local", epoch=0, flavour=Flavour.CLUSTER)
+    args = compute_config_args(identity=identity)
+    assert identity.reference == "fakedev.local/fakedev:0.1.0-cluster"
+    assert archive_name(version="0.1.0", flavour=Flavour.CLUSTER) == "fakedev-0.1.0-cluster.oci.tar"
+    assert f"--config.env=FAKEDEV_CACHE={CLUSTER_CACHE}" in args
+    assert "--config.exposedports=6443/tcp" in args
+    plain = compute_config_args(identity=ImageIdentity(version="0.1.0", revision="abc", source="local", epoch=0))
+    assert not any("FAKEDEV_CACHE" in a or "exposedports" in a for a in plain)
+
+
+def test_the_cluster_flavour_s_key_covers_its_binaries_and_the_plain_key_is_unchanged() -> None:
+    plain = ImageIdentity(version="0.1.0", revision="abc", source="local", epoch=0)
+    cluster = ImageIdentity(version="0.1.0", revision="abc", source="local", epoch=0, flavour=Flavour.CLUSTER)
+
+    def key(identity: ImageIdentity, manifests: dict[str, str] | None = None) -> str:
+        return compute_image_key(
+            rootfs_key="r", lock_text="l", wheel_sha256="w", identity=identity, cluster_manifests=manifests
+        )
+
+    assert key(plain) == key(plain, {"k8s/v1": "x"})
+    assert key(cluster, {"k8s/v1": "x"}) != key(cluster, {"k8s/v1": "y"})
+    assert key(cluster, {"k8s/v1": "x"}) != key(plain)
