@@ -14,6 +14,11 @@ HarnessError
     ├── RegistryError           the real node's image registry cannot serve an archive (not an OCI layout, a
     │                           compressed tar, a missing blob) or refused an image added to it
     ├── ClusterStateError       no cluster / a broken cluster state directory
+    ├── DockerError             the private dockerd (harness.docker) cannot be used
+    │   ├── DockerMissingError  no dockerd binary: `make deps` installs Debian's docker.io
+    │   ├── DockerUnsupportedError  the kernel or sandbox refuses what the daemon needs (a bridge); tests skip
+    │   ├── DockerStartError    dockerd exited or never answered; the message carries its last log lines
+    │   └── DockerApiError      an Engine API call the harness makes answered an error
     ├── CheckpointCorruptError  the node emulator's DRA checkpoint is unreadable; the node refuses to start
     ├── ScenarioError           a drill scenario file breaks the format (``file:line: field: rule``)
     ├── LauncherError           virt-launcher would refuse the VM's device (``rule`` names which rule)
@@ -103,6 +108,26 @@ class RegistryError(PermanentError):
 
 class ClusterStateError(PermanentError):
     """The cluster state directory is missing or not usable."""
+
+
+class DockerError(PermanentError):
+    """The private Docker daemon cannot be used."""
+
+
+class DockerMissingError(DockerError):
+    """dockerd is not installed."""
+
+
+class DockerUnsupportedError(DockerError):
+    """The kernel or sandbox refuses what the daemon needs; the only reason a docker test may skip."""
+
+
+class DockerStartError(DockerError):
+    """dockerd exited or never answered; the message carries its last log lines."""
+
+
+class DockerApiError(DockerError):
+    """An Engine API call answered an error status."""
 
 
 class CheckpointCorruptError(PermanentError):

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Final
 
 from harness import procs
+from harness.docker.config import run_of_bridge as docker_run_of_bridge
+from harness.docker.daemon import clean_dead_daemon
 from harness.realnode.node import remove_bridge, remove_kubepods_cgroups
 from harness.realnode.podnetwork import bridge_name, run_of_bridge
 from harness.runtime.netns import clean_run_netns, delete_netns, list_netns, netlink, netns_path
@@ -37,7 +39,8 @@ def _real_nodes(run_id: str, path: Path) -> None:
         remove_bridge(bridge_name(run_id))
 
 
-CLEANERS: tuple[procs.Cleaner, ...] = (_containers, _namespaces, _real_nodes)
+# The private dockerd's clean-up goes first: it unmounts its overlay layers before anything walks the run directory.
+CLEANERS: tuple[procs.Cleaner, ...] = (clean_dead_daemon, _containers, _namespaces, _real_nodes)
 
 
 def _candidates(base: Path, run_id: str) -> list[Path]:
@@ -86,14 +89,15 @@ def reap_orphan_namespaces(*, base: Path | None = None) -> list[str]:
 
 
 def reap_orphan_bridges(*, base: Path | None = None) -> list[str]:
-    """Delete real nodes' pod-network bridges (``fdbr<id>``) whose run is gone; the CNI plugin makes a bridge only
-    once the first pod starts, long after its run directory exists, so no age check is needed."""
+    """Delete real nodes' pod-network bridges (``fdbr<id>``) and private dockerds' bridges (``fdk<id>``) whose run
+    is gone; the CNI plugin makes a bridge only once the first pod starts, long after its run directory exists, and
+    a dockerd's bridge is made after its run directory is locked, so no age check is needed."""
     bases = list(dict.fromkeys([base or procs.default_run_base(), procs.default_run_base()]))
     with netlink(None) as ip:
         names = [str(link.get_attr("IFLA_IFNAME")) for link in ip.get_links()]
     removed = []
     for name in names:
-        run_id = run_of_bridge(name)
+        run_id = run_of_bridge(name) or docker_run_of_bridge(name)
         if run_id is None or _run_alive(run_id, bases=bases):
             continue
         if remove_bridge(name):

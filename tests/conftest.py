@@ -10,7 +10,10 @@ import pytest
 
 from fakedev import __version__
 from harness.cluster.build import default_cache_root
+from harness.docker import DockerDaemon, start_docker_daemon
+from harness.errors import DockerUnsupportedError
 from harness.image.assemble import BuiltImage, build_image
+from harness.procs import run_dir
 from kubeclient import KubeClient
 from kubeclient.resources import DEVICE_CLASSES
 from tests.helpers import EXAMPLE_DRIVER, device_class_body, driver_is
@@ -37,3 +40,18 @@ def built_image(tmp_path_factory: pytest.TempPathFactory) -> BuiltImage:
         cache_root=default_cache_root(),
         progress=lambda message: print(f"[image] {message}", flush=True),
     )
+
+
+@pytest.fixture(scope="session")
+def docker_daemon() -> Iterator[DockerDaemon]:
+    """A private dockerd for the session (one per xdist worker; the docker tests carry ``xdist_group("docker")`` so
+    one worker runs them all on one daemon). A missing dockerd fails; only a kernel that refuses it skips."""
+    with run_dir(purpose="docker") as run:
+        try:
+            daemon = start_docker_daemon(run=run, progress=lambda message: print(f"[docker] {message}", flush=True))
+        except DockerUnsupportedError as exc:
+            pytest.skip(f"Docker cannot run here: {exc}")
+        try:
+            yield daemon
+        finally:
+            daemon.stop()

@@ -4,8 +4,11 @@ specs, a health report with a deadline, waiting for an allocation, and the Helm 
 from __future__ import annotations
 
 import asyncio
+import io
 import os
+import shutil
 import subprocess
+import tarfile
 import tempfile
 import urllib.request
 from collections.abc import AsyncIterator, Sequence
@@ -370,3 +373,18 @@ def scrape_metrics(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], f
         for family in text_string_to_metric_families(text)
         for sample in family.samples
     }
+
+
+def busybox_rootfs_tar(path: Path, *, files: dict[str, str] | None = None) -> Path:
+    """A root filesystem tar holding the host's static busybox as ``/bin/busybox`` plus ``files`` (path → text):
+    what ``docker import`` makes a minimal image from, with no registry."""
+    busybox = shutil.which("busybox") or "/bin/busybox"
+    with tarfile.open(path, "w") as tar:
+        tar.add(busybox, arcname="bin/busybox")
+        for name, text in (files or {}).items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return path
