@@ -32,6 +32,8 @@ from typing import IO, Final
 
 from harness.errors import ImageError
 from harness.image.recipe import (
+    IMAGE_ROOTFS,
+    DebianRootfs,
     ImageIdentity,
     Lock,
     apt_list_prefix,
@@ -182,15 +184,15 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def ensure_rootfs(*, cache: Path, progress: Progress) -> RootfsEntry:
-    """The Debian layer's tar, from the cache or made by mmdebstrap."""
+def ensure_rootfs(*, cache: Path, progress: Progress, rootfs: DebianRootfs = IMAGE_ROOTFS) -> RootfsEntry:
+    """The Debian layer's tar (or another ``rootfs`` recipe's), from ``<cache>/rootfs/`` or made by mmdebstrap."""
     sources = host_sources()
     indices = _index_files(sources)
     version = _run(["mmdebstrap", "--version"], what="mmdebstrap --version").strip()
     digests = {
         path.name: _sha256(path) for paths in indices.values() for path in paths if path.name.endswith("Release")
     }
-    key = compute_rootfs_key(sources=sources, index_digests=digests, mmdebstrap_version=version)
+    key = compute_rootfs_key(sources=sources, index_digests=digests, mmdebstrap_version=version, rootfs=rootfs)
     epoch = max(_release_epoch(paths[0]) for paths in indices.values())
     entry = cache / "rootfs" / key
     tar = entry / "rootfs.tar"
@@ -208,7 +210,9 @@ def ensure_rootfs(*, cache: Path, progress: Progress) -> RootfsEntry:
                 shutil.copy2(path, lists / path.name)
         (work / "sources.list").write_text(sources)
         env = {**os.environ, "SOURCE_DATE_EPOCH": str(epoch)}
-        argv = compute_mmdebstrap_argv(sources_file=work / "sources.list", lists_dir=lists, target=work / "rootfs.tar")
+        argv = compute_mmdebstrap_argv(
+            sources_file=work / "sources.list", lists_dir=lists, target=work / "rootfs.tar", rootfs=rootfs
+        )
         _run_with_progress(argv, what="mmdebstrap", env=env, progress=progress)
         listing = _run(
             ["tar", "--extract", "--to-stdout", f"--file={work / 'rootfs.tar'}", "./var/lib/dpkg/status"],
