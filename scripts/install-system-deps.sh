@@ -26,6 +26,8 @@ command -v umoci >/dev/null || need+=(umoci)
 command -v skopeo >/dev/null || need+=(skopeo)
 command -v podman >/dev/null || need+=(podman)
 command -v dockerd >/dev/null || need+=(docker.io)
+# The laptop VM (vagrant/): its test runs `vagrant validate` on the Vagrantfile (no VM is started here).
+command -v vagrant >/dev/null || need+=(vagrant)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need[*]}"
   SUDO=""
