@@ -26,8 +26,10 @@ command -v umoci >/dev/null || need+=(umoci)
 command -v skopeo >/dev/null || need+=(skopeo)
 command -v podman >/dev/null || need+=(podman)
 command -v dockerd >/dev/null || need+=(docker.io)
-# The laptop VM (vagrant/): its test runs `vagrant validate` on the Vagrantfile (no VM is started here).
+# The laptop VM (vagrant/): its tests run `vagrant validate` on the Vagrantfile (no VM is started here) and the
+# VM's API server forward (socat) against a local control plane.
 command -v vagrant >/dev/null || need+=(vagrant)
+command -v socat >/dev/null || need+=(socat)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need[*]}"
   SUDO=""
