@@ -50,6 +50,9 @@ die() { echo "provision: error: $*" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] || die "run as root (Vagrant's shell provisioner does)"
 [ -f "$REPO/Makefile" ] || die "no fakedev checkout at $REPO (FAKEDEV_REPO)"
 export DEBIAN_FRONTEND=noninteractive
+# The caches `make build` fills (~/.cache/fakedev, Go's) must be the ones `sudo -i make run` finds later, whatever
+# HOME the provisioner's sudo passed on.
+export HOME=/root
 
 install_packages() {
   local missing=() pkg
