@@ -121,6 +121,8 @@ def _run_with_progress(argv: Sequence[str], *, what: str, env: Mapping[str, str]
             if time.monotonic() - last[0] >= HEARTBEAT_SECONDS:
                 progress(f"{what}: {int(time.monotonic() - started)} s")
     reader.join()
+    assert proc.stdout is not None
+    proc.stdout.close()  # else the pipe is left to the garbage collector (a ResourceWarning, an error in tests)
     if proc.returncode != 0:
         tail = "\n".join(lines[-25:])
         raise ImageError(f"{what} failed (exit {proc.returncode}):\n{tail}")
