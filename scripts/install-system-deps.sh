@@ -26,6 +26,12 @@ command -v umoci >/dev/null || need+=(umoci)
 command -v skopeo >/dev/null || need+=(skopeo)
 command -v podman >/dev/null || need+=(podman)
 command -v dockerd >/dev/null || need+=(docker.io)
+# The laptop VM (vagrant/): its tests run `vagrant validate` on the Vagrantfile (no VM is started here; Debian's
+# libvirt plugin lets it check the libvirt block too) and the VM's API server forward (socat) against a local
+# control plane.
+command -v vagrant >/dev/null || need+=(vagrant)
+dpkg-query -W -f='${Status}' vagrant-libvirt 2>/dev/null | grep -q 'ok installed' || need+=(vagrant-libvirt)
+command -v socat >/dev/null || need+=(socat)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need[*]}"
   SUDO=""

@@ -36,6 +36,8 @@ from harness.cluster.build import DEFAULT_GROUPS, cache_entry, check_cache
 from harness.errors import ImageError
 from harness.image.recipe import (
     CLUSTER_CACHE,
+    IMAGE_ROOTFS,
+    DebianRootfs,
     Flavour,
     ImageIdentity,
     Lock,
@@ -124,6 +126,8 @@ def _run_with_progress(argv: Sequence[str], *, what: str, env: Mapping[str, str]
             if time.monotonic() - last[0] >= HEARTBEAT_SECONDS:
                 progress(f"{what}: {int(time.monotonic() - started)} s")
     reader.join()
+    assert proc.stdout is not None
+    proc.stdout.close()  # else the pipe is left to the garbage collector (a ResourceWarning, an error in tests)
     if proc.returncode != 0:
         tail = "\n".join(lines[-25:])
         raise ImageError(f"{what} failed (exit {proc.returncode}):\n{tail}")
@@ -187,15 +191,15 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def ensure_rootfs(*, cache: Path, progress: Progress) -> RootfsEntry:
-    """The Debian layer's tar, from the cache or made by mmdebstrap."""
+def ensure_rootfs(*, cache: Path, progress: Progress, rootfs: DebianRootfs = IMAGE_ROOTFS) -> RootfsEntry:
+    """The Debian layer's tar (or another ``rootfs`` recipe's), from ``<cache>/rootfs/`` or made by mmdebstrap."""
     sources = host_sources()
     indices = _index_files(sources)
     version = _run(["mmdebstrap", "--version"], what="mmdebstrap --version").strip()
     digests = {
         path.name: _sha256(path) for paths in indices.values() for path in paths if path.name.endswith("Release")
     }
-    key = compute_rootfs_key(sources=sources, index_digests=digests, mmdebstrap_version=version)
+    key = compute_rootfs_key(sources=sources, index_digests=digests, mmdebstrap_version=version, rootfs=rootfs)
     epoch = max(_release_epoch(paths[0]) for paths in indices.values())
     entry = cache / "rootfs" / key
     tar = entry / "rootfs.tar"
@@ -213,7 +217,9 @@ def ensure_rootfs(*, cache: Path, progress: Progress) -> RootfsEntry:
                 shutil.copy2(path, lists / path.name)
         (work / "sources.list").write_text(sources)
         env = {**os.environ, "SOURCE_DATE_EPOCH": str(epoch)}
-        argv = compute_mmdebstrap_argv(sources_file=work / "sources.list", lists_dir=lists, target=work / "rootfs.tar")
+        argv = compute_mmdebstrap_argv(
+            sources_file=work / "sources.list", lists_dir=lists, target=work / "rootfs.tar", rootfs=rootfs
+        )
         _run_with_progress(argv, what="mmdebstrap", env=env, progress=progress)
         listing = _run(
             ["tar", "--extract", "--to-stdout", f"--file={work / 'rootfs.tar'}", "./var/lib/dpkg/status"],

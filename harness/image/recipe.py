@@ -29,6 +29,19 @@ DEBIAN_PACKAGES: Final = ("python3", "libstdc++6", "iproute2", "busybox-static",
 """python3 runs fakedev (libstdc++6 for grpcio's manylinux wheel); iproute2 and busybox are what the NIC work
 and a debugging shell use inside the pod; busybox is also the root filesystem, and runc the runtime, of the pods a
 fleet replica runs in containers mode (``fleet.pods: containers``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DebianRootfs:
+    """What mmdebstrap installs: a variant (its base package set) and packages on top."""
+
+    variant: str
+    packages: tuple[str, ...]
+
+
+IMAGE_ROOTFS: Final = DebianRootfs(variant=DEBIAN_VARIANT, packages=DEBIAN_PACKAGES)
+"""The image's Debian layer; other root filesystems (vagrant/provision.sh's check: ``apt``, nothing on top) reuse
+the same machinery, cached by their own key."""
 MERGED_USR_HOOK: Final = Path("/usr/share/mmdebstrap/hooks/merged-usr")
 """mmdebstrap's own hook: usr-is-merged instead of the usrmerge package, which drags in perl and its modules."""
 DPKG_PATH_OPTIONS: Final = (
@@ -175,14 +188,16 @@ def apt_list_prefix(*, uri: str, suite: str) -> str:
     return f"{bare}/dists/{suite}".replace("/", "_")
 
 
-def compute_mmdebstrap_argv(*, sources_file: Path, lists_dir: Path, target: Path) -> list[str]:
+def compute_mmdebstrap_argv(
+    *, sources_file: Path, lists_dir: Path, target: Path, rootfs: DebianRootfs = IMAGE_ROOTFS
+) -> list[str]:
     """mmdebstrap from the host's own package indices (``--skip=update``): the rootfs holds exactly the versions the
     indices name, which is what the rootfs cache key records."""
     copy = f'mkdir -p "$1/var/lib/apt/lists" && cp -p {lists_dir}/* "$1/var/lib/apt/lists/"'
     return [
         "mmdebstrap",
-        f"--variant={DEBIAN_VARIANT}",
-        f"--include={','.join(DEBIAN_PACKAGES)}",
+        f"--variant={rootfs.variant}",
+        *([f"--include={','.join(rootfs.packages)}"] if rootfs.packages else []),
         f"--hook-dir={MERGED_USR_HOOK}",
         *(f"--dpkgopt={option}" for option in DPKG_PATH_OPTIONS),
         f"--setup-hook={copy}",
@@ -194,15 +209,17 @@ def compute_mmdebstrap_argv(*, sources_file: Path, lists_dir: Path, target: Path
     ]
 
 
-def compute_rootfs_key(*, sources: str, index_digests: Mapping[str, str], mmdebstrap_version: str) -> str:
+def compute_rootfs_key(
+    *, sources: str, index_digests: Mapping[str, str], mmdebstrap_version: str, rootfs: DebianRootfs = IMAGE_ROOTFS
+) -> str:
     """The Debian layer is a function of the package list, the sources, and the package indices it resolved from
     (the host's ``InRelease`` files: the mirror's snapshot) — and of how it was made."""
     return digest_of(
         {
             "recipe": RECIPE_VERSION,
             "suite": DEBIAN_SUITE,
-            "variant": DEBIAN_VARIANT,
-            "packages": list(DEBIAN_PACKAGES),
+            "variant": rootfs.variant,
+            "packages": list(rootfs.packages),
             "dpkg": list(DPKG_PATH_OPTIONS),
             "cleanup": CLEANUP_HOOK,
             "sources": sources,

@@ -9,7 +9,9 @@ import pytest
 
 from harness.image.recipe import (
     CLUSTER_CACHE,
+    IMAGE_ROOTFS,
     AptSource,
+    DebianRootfs,
     Flavour,
     ImageIdentity,
     Lock,
@@ -19,6 +21,7 @@ from harness.image.recipe import (
     compute_config_args,
     compute_image_key,
     compute_image_requirements,
+    compute_mmdebstrap_argv,
     compute_rootfs_key,
     parse_apt_sources,
     parse_lock,
@@ -69,6 +72,25 @@ def test_the_rootfs_key_follows_the_package_indices() -> None:
     same = compute_rootfs_key(sources="deb x bookworm main\n", index_digests={"a": "1"}, mmdebstrap_version="1.3.5")
     newer = compute_rootfs_key(sources="deb x bookworm main\n", index_digests={"a": "2"}, mmdebstrap_version="1.3.5")
     assert one == same != newer
+
+
+def test_another_rootfs_recipe_has_its_own_key_and_package_set() -> None:
+    bare = DebianRootfs(variant="apt", packages=())
+
+    def key(rootfs: DebianRootfs) -> str:
+        sources = "deb x bookworm main\n"
+        return compute_rootfs_key(sources=sources, index_digests={"a": "1"}, mmdebstrap_version="1.3.5", rootfs=rootfs)
+
+    def argv(rootfs: DebianRootfs) -> list[str]:
+        return compute_mmdebstrap_argv(
+            sources_file=Path("s.list"), lists_dir=Path("lists"), target=Path("r.tar"), rootfs=rootfs
+        )
+
+    assert key(bare) != key(IMAGE_ROOTFS)
+    assert "--variant=essential" in argv(IMAGE_ROOTFS)
+    assert f"--include={','.join(IMAGE_ROOTFS.packages)}" in argv(IMAGE_ROOTFS)
+    assert "--variant=apt" in argv(bare)
+    assert not [arg for arg in argv(bare) if arg.startswith("--include")]
 
 
 def test_workstation_only_requirements_stay_out_of_the_image() -> None:
