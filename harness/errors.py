@@ -11,6 +11,8 @@ HarnessError
     ├── BuildError              a control-plane binary could not be built
     ├── ImageError              the fakedev OCI image could not be built (a tool failed, a stale lock, no indices)
     ├── ComponentError          a control-plane component exited or failed to start
+    ├── ContainerStartError     an emulated node could not create a pod's container (CDI injection, runc); the
+    │                           message names the CDI device ID, its spec file and the runtime's words
     ├── RegistryError           the real node's image registry cannot serve an archive (not an OCI layout, a
     │                           compressed tar, a missing blob) or refused an image added to it
     ├── ClusterStateError       no cluster / a broken cluster state directory
@@ -100,6 +102,10 @@ class ImageError(PermanentError):
 
 class ComponentError(PermanentError):
     """A control-plane component failed to start or exited."""
+
+
+class ContainerStartError(PermanentError):
+    """A pod's container could not be created; the message is what the pod's ``waiting.message`` shows."""
 
 
 class RegistryError(PermanentError):

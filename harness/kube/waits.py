@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from harness.errors import NotReadyError
+from harness.kube.podstart import compute_start_failure
 from kubeclient.client import JsonObj, KubeClient
 from kubeclient.errors import ApiError
 from kubeclient.resources import EVENTS, PODS, Resource
@@ -115,8 +116,11 @@ def describe_pod(client: KubeClient, name: str, *, namespace: str) -> str:
         key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""),
     )[-5:]
     said = [f"{e.get('reason')}: {str(e.get('message', ''))[:200]}" for e in events]
+    failure = compute_start_failure(pod, events=events)
+    # The runtime's own words (CDI spec, device ID, runc's error) lead: they are the why of a pod stuck Pending.
+    why = f"cannot start: {failure.describe()[:600]}; " if failure is not None else ""
     return (
-        f"phase={status.get('phase')} node={pod.get('spec', {}).get('nodeName')} containers=[{', '.join(states)}] "
+        f"{why}phase={status.get('phase')} node={pod.get('spec', {}).get('nodeName')} containers=[{', '.join(states)}] "
         f"events=[{' | '.join(said) or 'none'}]"
     )
 

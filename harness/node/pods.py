@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 import cdi
-from harness.errors import ComponentError, HarnessError, PrepareError
+from harness.errors import ContainerStartError, HarnessError, PrepareError
 from harness.node.events import FAILED_PREPARE, FAILED_PREPARE_PREFIX, FAILED_UNPREPARE, record_event
 from harness.node.layout import NodeLayout, PodLayout
 from harness.node.netdevices import hand_over_net_devices, release_net_devices
 from harness.node.podclaims import compute_container_cdi_ids
 from harness.node.podmode import PodMode
+from harness.node.startreasons import explain_cdi_failure, render_runc_failure
 from harness.procs import RunDir, wait_for
 from harness.runtime.netns import create_netns, delete_netns, netns_path
 from harness.runtime.oci import render_container_spec
@@ -327,9 +328,17 @@ class PodWorker:
             cwd=spec.get("workingDir") or "/",
         )
         ids = compute_container_cdi_ids(pod=self.pod, container=spec, prepared=self.prepared)
+        specs: list[Path] = []
         if ids:
             registry = cdi.load_registry(spec_dirs=list(self.node.cdi_dirs))
-            oci = cdi.inject_devices(oci_spec=oci, registry=registry, device_ids=ids)
+            try:
+                injected = cdi.inject_devices(oci_spec=oci, registry=registry, device_ids=ids)
+            except cdi.CdiError as exc:
+                raise ContainerStartError(
+                    explain_cdi_failure(oci=oci, registry=registry, device_ids=ids, error=exc)
+                ) from exc
+            oci = injected
+            specs = sorted({registry.devices[i].source.path for i in ids if i in registry.devices})
         handover = hand_over_net_devices(
             oci,
             runc_moves=self.node.runtime.moves_net_devices,
@@ -352,7 +361,8 @@ class PodWorker:
         log_text = container.log_path.read_text(errors="replace") if container.log_path.exists() else ""
         if container.exit_code() is not None and RUNC_FAILED in log_text:
             container.runtime.delete(cid)
-            raise ComponentError(log_text.strip().splitlines()[-1][:500])
+            said = log_text.strip().splitlines()[-1][:500]
+            raise ContainerStartError(render_runc_failure(message=said, device_ids=ids, specs=specs))
         return container
 
     # -- termination ---------------------------------------------------------------------------------------------
