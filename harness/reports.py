@@ -24,6 +24,14 @@ class CaseResult:
     clause: str = ""
     details: Mapping[str, str] = field(default_factory=dict)
     """Artifacts for failures (logs, specs, checkpoints), keyed by what they are."""
+    needs: tuple[str, ...] = ()
+    """What the case needs of the system under test (conformance: of the driver), in words."""
+    sent: str = ""
+    """What the case sent (claims, gRPC calls, pods), one line each."""
+    received: str = ""
+    """What came back, one line each."""
+    traceback: str = ""
+    """The traceback of an unexpected exception: in JSON and JUnit always, on the console only when verbose."""
 
 
 def compute_exit_code(results: Sequence[CaseResult]) -> int:
@@ -32,7 +40,8 @@ def compute_exit_code(results: Sequence[CaseResult]) -> int:
     return 1 if bad else 0
 
 
-def render_console(results: Sequence[CaseResult], *, title: str) -> str:
+def render_console(results: Sequence[CaseResult], *, title: str, verbose: bool = False) -> str:
+    """A table, one row per case and its verdict's sentence below it; tracebacks only when ``verbose``."""
     width = max([len(r.id) for r in results] + [10])
     lines = [title, "-" * len(title)]
     for r in results:
@@ -40,6 +49,8 @@ def render_console(results: Sequence[CaseResult], *, title: str) -> str:
         lines.append(f"{r.id:<{width}}  {tag:<18} {r.seconds:6.1f}s  {r.title}")
         if r.outcome not in ("passed",) and r.message:
             lines += [f"{'':<{width}}    {line}" for line in r.message.splitlines()[:6]]
+        if verbose and r.traceback:
+            lines += [f"{'':<{width}}    | {line}" for line in r.traceback.rstrip().splitlines()]
     counts = {o: sum(r.outcome == o for r in results) for o in OUTCOMES}
     lines.append(", ".join(f"{n} {o}" for o, n in counts.items() if n))
     return "\n".join(lines)
@@ -74,8 +85,11 @@ def render_junit(results: Sequence[CaseResult], *, suite: str) -> str:
             ET.SubElement(case, "error", message=r.message.splitlines()[0] if r.message else "error").text = r.message
         elif r.outcome == "skipped":
             ET.SubElement(case, "skipped", message=r.message)
-        if r.details:
-            ET.SubElement(case, "system-out").text = "\n\n".join(f"== {k} ==\n{v}" for k, v in r.details.items())
+        if r.traceback and r.outcome in ("failed", "error"):
+            case[-1].text = f"{r.message}\n\n{r.traceback}"
+        out = {**({"sent": r.sent} if r.sent else {}), **({"received": r.received} if r.received else {}), **r.details}
+        if out:
+            ET.SubElement(case, "system-out").text = "\n\n".join(f"== {k} ==\n{v}" for k, v in out.items())
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 

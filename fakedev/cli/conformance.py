@@ -15,6 +15,7 @@ from harness.conformance.checks import CATALOG, select
 from harness.conformance.context import conformance_context
 from harness.conformance.exdriver import example_driver_spec
 from harness.conformance.nodes import ConformanceNode, real_node
+from harness.conformance.report import render_conformance_html
 from harness.conformance.runner import run_checks
 from harness.node.background import BackgroundLoop
 from harness.node.drivers import template_driver
@@ -79,6 +80,17 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--junit", type=Path, default=None, help="write JUnit XML here")
     p.add_argument("--json", type=Path, default=None, help="write JSON results here")
+    p.add_argument(
+        "--report-dir",
+        type=Path,
+        default=None,
+        metavar="D",
+        help="write D/console.txt, D/junit.xml, D/results.json and D/report.html (per check: clause, what was "
+        "sent, what came back, the verdict and why)",
+    )
+    p.add_argument(
+        "--verbose", action="store_true", help="print tracebacks of ERROR verdicts on the console (always in files)"
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- the driver command with placeholders")
     p.set_defaults(handler=_run)
 
@@ -86,7 +98,9 @@ def add_parser(sub: Any) -> None:
 def _listing() -> str:
     width = max(len(c.id) for c in CATALOG)
     return "\n".join(
-        f"{c.id:<{width}}  {'required   ' if c.required else 'recommended'}  {c.title}  [{c.clause}]" for c in CATALOG
+        f"{c.id:<{width}}  {'required   ' if c.required else 'recommended'}  {c.title}  [{c.clause}]"
+        + (f"  needs: {', '.join(n.describe() for n in c.needs)}" if c.needs else "")
+        for c in CATALOG
     )
 
 
@@ -150,21 +164,24 @@ def _run(args: argparse.Namespace) -> int:
         f"DRA conformance: {name} on {'a real kubelet' if args.node == 'real' else 'the node emulator'} — "
         + (driver.description[:100])
     )
-    print(render_console(results, title=title))
-    if args.junit:
-        args.junit.parent.mkdir(parents=True, exist_ok=True)
-        args.junit.write_text(render_junit(results, suite=f"dra-conformance.{name}"))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(
-            render_json(
-                results,
-                meta={
-                    "driver": name,
-                    "command": driver.description,
-                    "node": args.node,
-                    "host": os.uname().nodename,
-                },
-            )
-        )
+    print(render_console(results, title=title, verbose=args.verbose))
+    meta = {"driver": name, "command": driver.description, "node": args.node, "host": os.uname().nodename}
+    outputs: dict[Path | None, Callable[[], str]] = {
+        args.junit: lambda: render_junit(results, suite=f"dra-conformance.{name}"),
+        args.json: lambda: render_json(results, meta=meta),
+    }
+    if args.report_dir is not None:
+        d: Path = args.report_dir
+        outputs |= {
+            d / "console.txt": lambda: render_console(results, title=title, verbose=True) + "\n",
+            d / "junit.xml": lambda: render_junit(results, suite=f"dra-conformance.{name}"),
+            d / "results.json": lambda: render_json(results, meta=meta),
+            d / "report.html": lambda: render_conformance_html(results, title=title, meta=meta),
+        }
+    for path, render in outputs.items():
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(render())
+    if args.report_dir is not None:
+        print(f"[conformance] report: {(args.report_dir / 'report.html').resolve()}", file=sys.stderr, flush=True)
     return compute_exit_code(results)

@@ -12,6 +12,7 @@ import asyncio
 import concurrent.futures
 import json
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,9 +21,10 @@ from typing import Final
 import grpc
 
 import cdi
-from harness.conformance.context import ConformanceContext
-from harness.errors import DraCallError
-from harness.kube.waits import wait_object
+from harness.conformance.context import POD_START_TIMEOUT, ConformanceContext
+from harness.conformance.verdicts import CheckError, CheckFailed, CheckSkipped, Need, NeedKind
+from harness.errors import DraCallError, NotReadyError
+from harness.kube.podstart import StartFailure
 from harness.procs import wait_for
 from kubeclient import JsonObj
 from kubeclient.resources import PODS, RESOURCE_CLAIMS
@@ -34,12 +36,9 @@ from kubeletapi.types import ClaimRef, DeviceHealth, PreparedDevice, PrepareResu
 METADATA_VERSIONS: Final = ("metadata.resource.k8s.io/v1beta1", "metadata.resource.k8s.io/v1alpha1")
 
 
-class CheckFailed(AssertionError):  # noqa: N818 - a verdict, not an error
-    """The driver broke the contract clause the check verifies."""
+__all__ = ["CATALOG", "Check", "CheckError", "CheckFailed", "CheckSkipped", "select"]
 
-
-class CheckSkipped(Exception):  # noqa: N818 - a verdict, not an error
-    """The check does not apply to this driver (the reason says why)."""
+ONE_DEVICE: Final = (Need(kind=NeedKind.DEVICES, count=1),)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,7 +48,10 @@ class Check:
     clause: str
     required: bool
     run: Callable[[ConformanceContext], None]
-    needs: tuple[str, ...] = ("registration.handshake",)
+    after: tuple[str, ...] = ("registration.handshake",)
+    """Checks that must have passed first (else this one is BLOCKED)."""
+    needs: tuple[Need, ...] = ()
+    """What the driver must give (compared with its offer before the check runs; unmet: SKIPPED)."""
 
 
 def _fail(message: str) -> CheckFailed:
@@ -92,7 +94,10 @@ def check_versions(ctx: ConformanceContext) -> None:
 
 def check_slices(ctx: ConformanceContext) -> None:
     ctx.wait_registered()
-    slices = ctx.wait_slices()
+    try:
+        slices = ctx.wait_slices()
+    except NotReadyError:
+        raise _fail(f"the driver published no ResourceSlice for node {ctx.node_name} within 30s") from None
     for s in slices:
         owners = [o for o in s["metadata"].get("ownerReferences") or [] if o.get("kind") == "Node"]
         _expect(
@@ -216,7 +221,9 @@ def check_concurrent(ctx: ConformanceContext) -> None:
         calls = [inst.connection.prepare([r], version=inst.registration.dra_version) for r in refs]
         return list(await asyncio.gather(*calls, return_exceptions=True))
 
+    ctx.note("sent", f"{len(refs)} concurrent NodePrepareResources calls, one claim each")
     answers = ctx.loop.call(together())
+    ctx.note("received", "; ".join(str(a) if isinstance(a, BaseException) else "answered" for a in answers))
     for ref, answer in zip(refs, answers, strict=True):
         if isinstance(answer, BaseException):
             raise _fail(f"a concurrent prepare failed: {answer}")
@@ -388,9 +395,7 @@ def check_health(ctx: ConformanceContext) -> None:
         )
         return
     _expect(version in (HEALTH_V1_VERSION, HEALTH_V1ALPHA1_VERSION), f"unknown health version {version}")
-    published = {
-        (s["spec"]["pool"]["name"], d["name"]) for s in ctx.wait_slices() for d in s["spec"].get("devices") or []
-    }
+    published = {(s["spec"]["pool"]["name"], d["name"]) for s in ctx.slices() for d in s["spec"].get("devices") or []}
     conn = ctx.fresh_connection()
 
     async def first() -> list[DeviceHealth]:
@@ -416,34 +421,53 @@ def check_health(ctx: ConformanceContext) -> None:
 def check_pod(ctx: ConformanceContext) -> None:
     claim = ctx.allocated_claim(managed=True, command="env; sleep 3600")
     pod_name = claim["status"]["reservedFor"][0]["name"]
-    pod = wait_object(
-        ctx.client,
-        PODS,
-        pod_name,
-        namespace=ctx.namespace,
-        timeout=60,
-        what="Running",
-        predicate=lambda p: (p.get("status") or {}).get("phase") in ("Running", "Failed"),
-    )
-    _expect(pod["status"]["phase"] == "Running", f"the pod did not run: {pod['status']}")
+    deadline = time.monotonic() + POD_START_TIMEOUT
+    while True:
+        pod = ctx.client.get(PODS, pod_name, namespace=ctx.namespace)
+        phase = (pod.get("status") or {}).get("phase")
+        if phase == "Running":
+            break
+        failure = ctx.start_failure(pod_name)
+        if failure is not None or phase == "Failed":
+            ctx.note("received", f"pod {pod_name}: {failure.describe() if failure else phase}")
+            raise _start_verdict(failure, pod=pod_name)
+        if time.monotonic() >= deadline:
+            raise CheckError(
+                f"pod {pod_name} was neither Running nor failing to start after {POD_START_TIMEOUT:.0f}s "
+                f"(phase {phase}); check the node's log for its container runtime"
+            )
+        time.sleep(0.2)
+    ctx.note("received", f"pod {pod_name} Running")
     wait_for(
         lambda: bool(ctx.node.container_output(namespace=ctx.namespace, pod=pod_name)),
         timeout=20,
         what="container output",
     )
     ctx.client.delete(PODS, pod_name, namespace=ctx.namespace, grace_seconds=1)
-    wait_for(
-        lambda: ctx.node.torn_down(namespace=ctx.namespace, pod=pod_name),
-        timeout=45,
-        what="pod torn down (unprepare)",
-    )
+    try:
+        wait_for(lambda: ctx.node.torn_down(namespace=ctx.namespace, pod=pod_name), timeout=45, what="teardown")
+    except NotReadyError:
+        raise _fail(
+            f"pod {pod_name} was not torn down within 45s of its deletion (unprepare did not succeed)"
+        ) from None
+    ctx.note("received", f"pod {pod_name} torn down, its claim unprepared")
+
+
+def _start_verdict(failure: StartFailure | None, *, pod: str) -> Exception:
+    """A pod that cannot start: the driver's fault when its prepare or its CDI edits are what failed."""
+    if failure is None:
+        return _fail(f"pod {pod} failed instead of running; its container exited")
+    said = failure.describe()[:900]
+    if failure.reason == "FailedPrepareDynamicResources" or "CDI" in failure.message:
+        return _fail(f"pod {pod} cannot start: {said}")
+    return CheckError(f"pod {pod} cannot start: {said}; check the node's container runtime")
 
 
 CATALOG: Final = (
     Check(
         id="registration.handshake",
         title="registers through the kubelet handshake",
-        needs=(),
+        after=(),
         clause="§2 Handshake, §1 Registration",
         required=True,
         run=check_handshake,
@@ -464,6 +488,7 @@ CATALOG: Final = (
     ),
     Check(
         id="prepare.basic",
+        needs=ONE_DEVICE,
         title="prepares an allocated claim with its allocated devices",
         clause="§1 NodePrepareResources",
         required=True,
@@ -471,6 +496,7 @@ CATALOG: Final = (
     ),
     Check(
         id="prepare.idempotent",
+        needs=ONE_DEVICE,
         title="preparing twice gives the same answer",
         clause="§3 prepare is idempotent",
         required=True,
@@ -478,6 +504,7 @@ CATALOG: Final = (
     ),
     Check(
         id="unprepare.idempotent",
+        needs=ONE_DEVICE,
         title="unpreparing twice succeeds",
         clause="§3 unprepare is idempotent",
         required=True,
@@ -494,6 +521,7 @@ CATALOG: Final = (
     # upstream's helper library itself fails the whole call when it cannot fetch or validate one claim.
     Check(
         id="errors.per-claim",
+        needs=ONE_DEVICE,
         title="one bad claim gets a per-claim error, not an RPC error",
         clause="§1 NodePrepareResourceResponse.error, §3 errors are per claim",
         required=False,
@@ -508,6 +536,7 @@ CATALOG: Final = (
     ),
     Check(
         id="prepare.rejects-replaced",
+        needs=ONE_DEVICE,
         title="refuses a claim whose UID no longer matches (replaced claim)",
         clause="§3 rejects UID mismatches",
         required=True,
@@ -515,6 +544,7 @@ CATALOG: Final = (
     ),
     Check(
         id="prepare.concurrent",
+        needs=(Need(kind=NeedKind.DEVICES, count=3),),
         title="prepares different claims in concurrent calls",
         clause="§2 batches per pod run independently",
         required=True,
@@ -522,6 +552,7 @@ CATALOG: Final = (
     ),
     Check(
         id="claim.shared",
+        needs=ONE_DEVICE,
         title="prepares a claim reserved for several pods",
         clause="§2 Prepare (shared claims)",
         required=True,
@@ -529,6 +560,7 @@ CATALOG: Final = (
     ),
     Check(
         id="cdi.valid",
+        needs=ONE_DEVICE,
         title="every returned CDI ID resolves to a valid spec with non-empty edits",
         clause="§3 CDI names, CDI spec (no empty edits)",
         required=True,
@@ -536,6 +568,7 @@ CATALOG: Final = (
     ),
     Check(
         id="cleanup.nothing-left",
+        needs=ONE_DEVICE,
         title="unprepare removes every CDI spec of the claim",
         clause="§3 Unprepare",
         required=True,
@@ -543,6 +576,7 @@ CATALOG: Final = (
     ),
     Check(
         id="restart.recovery",
+        needs=ONE_DEVICE,
         title="after kill -9 and restart, prepare and unprepare still work",
         clause="§3 checkpoint, §7 plugin restart",
         required=True,
@@ -550,6 +584,7 @@ CATALOG: Final = (
     ),
     Check(
         id="connection.single",
+        needs=ONE_DEVICE,
         title="serves DRA and health over one long-lived connection",
         clause="§2 Connection",
         required=True,
@@ -557,6 +592,7 @@ CATALOG: Final = (
     ),
     Check(
         id="health.stream",
+        needs=(Need(kind=NeedKind.HEALTH_DEVICES),),
         title="health: a first report of published devices, or Unimplemented",
         clause="§2 Health, §3 health or Unimplemented",
         required=True,
@@ -564,6 +600,7 @@ CATALOG: Final = (
     ),
     Check(
         id="metadata.kep5304",
+        needs=ONE_DEVICE,
         title="writes KEP-5304 device metadata with both API versions",
         clause="§4 device metadata",
         required=False,
@@ -571,6 +608,7 @@ CATALOG: Final = (
     ),
     Check(
         id="status.devices",
+        needs=ONE_DEVICE,
         title="reports status.devices for allocated devices under its own field manager",
         clause="§5 claim status",
         required=False,
@@ -578,6 +616,7 @@ CATALOG: Final = (
     ),
     Check(
         id="pod.end-to-end",
+        needs=(Need(kind=NeedKind.RUNNABLE_POD),),
         title="a pod using a claim runs under runc with the CDI edits and is torn down",
         clause="§2 Prepare/Unprepare, CDI injection",
         required=True,

@@ -14,23 +14,29 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
 from harness.cluster.nodes import delete_node
 from harness.conformance.nodes import UNMANAGED_LABEL, ConformanceNode, EmulatedConformanceNode
-from harness.kube.waits import wait_list, wait_object
+from harness.conformance.verdicts import CheckError, CheckFailed, DriverOffer
+from harness.errors import NotReadyError
+from harness.kube.podstart import StartFailure, compute_start_failure
+from harness.kube.waits import wait_list
 from harness.node.background import BackgroundLoop
 from harness.node.dra_client import DraConnection
 from harness.node.drivers import DriverContext, DriverProcess, DriverSpec
 from harness.node.plugins import PluginInstance
 from harness.reaper import reap_all
 from kubeclient import JsonObj, KubeClient
-from kubeclient.resources import DEVICE_CLASSES, NAMESPACES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from kubeclient.resources import DEVICE_CLASSES, EVENTS, NAMESPACES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from kubeletapi.types import ClaimRef, PrepareResult
 
 REGISTRATION_TIMEOUT: Final = 30.0
+SLICES_TIMEOUT: Final = 30.0
+ALLOCATION_TIMEOUT: Final = 60.0
+POD_START_TIMEOUT: Final = 60.0
 
 
 @dataclass(kw_only=True)
@@ -45,6 +51,10 @@ class ConformanceContext:
     device_class: str = ""
     driver_name: str = ""
     _counter: int = 0
+    _offer: DriverOffer | None = None
+    transcript: list[tuple[str, str]] = field(default_factory=list)
+    """What the current check sent and what came back, in order (``("sent" | "received", text)``); the runner
+    clears it before each check and puts it in the report."""
 
     # -- set-up and tear-down ------------------------------------------------------------------------------------
 
@@ -86,10 +96,30 @@ class ConformanceContext:
                 return inst
             if self.process is not None and not self.process.alive():
                 code = self.process.process.popen.returncode if self.process.process else "?"
-                raise AssertionError(f"the driver exited (code {code}); log tail:\n{self.driver_log()}")
+                last = (self.driver_log(lines=1) or "(empty log)").strip()[:300]
+                raise CheckFailed(f"the driver exited (code {code}) before it registered; its last log line: {last}")
             time.sleep(0.1)
-        refused = "; ".join(self.node.refusals()) or "no refused registration"
-        raise AssertionError(f"the driver did not register within {timeout:.0f}s ({refused})")
+        refused = "; ".join(self.node.refusals()) or "no registration attempt was refused"
+        raise CheckFailed(f"the driver did not register with the kubelet within {timeout:.0f}s ({refused})")
+
+    def offer(self) -> DriverOffer:
+        """What the driver published (devices in its slices for this node) and advertised (health), gathered once:
+        checks compare their needs with it before they wait on anything."""
+        if self._offer is None:
+            inst = self.wait_registered()
+            try:
+                slices = self.wait_slices(timeout=SLICES_TIMEOUT)
+            except NotReadyError:
+                slices = []
+            self._offer = DriverOffer(
+                devices=sum(len(s["spec"].get("devices") or []) for s in slices),
+                health_advertised=inst.registration.health_version is not None,
+            )
+        return self._offer
+
+    def note(self, direction: str, text: str) -> None:
+        """Record what a check sent or received, for the report."""
+        self.transcript.append((direction, text))
 
     def _make_device_class(self) -> None:
         self.device_class = f"conformance-{self.namespace}"
@@ -141,17 +171,43 @@ class ConformanceContext:
             },
             namespace=self.namespace,
         )
-        for _ in range(pods):
-            self.create_pod(claim=name, managed=managed, command=command)
-        return wait_object(
-            self.client,
-            RESOURCE_CLAIMS,
-            name,
-            namespace=self.namespace,
-            timeout=60,
-            predicate=lambda c: len((c.get("status") or {}).get("reservedFor") or []) >= pods,
-            what=f"allocated and reserved for {pods} pod(s)",
+        made = [self.create_pod(claim=name, managed=managed, command=command) for _ in range(pods)]
+        self.note(
+            "sent",
+            f"ResourceClaim {self.namespace}/{name} (one device of class {self.device_class}), "
+            f"pod(s) {', '.join(made)} using it",
         )
+        deadline = time.monotonic() + ALLOCATION_TIMEOUT
+        while True:
+            claim = self.client.get(RESOURCE_CLAIMS, name, namespace=self.namespace)
+            if len((claim.get("status") or {}).get("reservedFor") or []) >= pods:
+                return claim
+            unschedulable = self._unschedulable(made)
+            if unschedulable or time.monotonic() >= deadline:
+                # The scheduler is the harness's side: a claim it cannot place is an environment or set-up problem
+                # (devices the DeviceClass does not select, devices still held by an earlier check).
+                why = unschedulable or f"not allocated within {ALLOCATION_TIMEOUT:.0f}s"
+                raise CheckError(
+                    f"the scheduler could not allocate claim {name} to a device of {self.driver_name} ({why}); "
+                    f"check the driver's ResourceSlices and kube-scheduler's log"
+                )
+            time.sleep(0.2)
+
+    def _unschedulable(self, pods: Sequence[str]) -> str:
+        for pod in pods:
+            got = self.client.get_or_none(PODS, pod, namespace=self.namespace) or {}
+            for cond in (got.get("status") or {}).get("conditions") or []:
+                if cond.get("type") == "PodScheduled" and cond.get("reason") == "Unschedulable":
+                    return f"pod {pod} is unschedulable: {str(cond.get('message', ''))[:300]}"
+        return ""
+
+    def start_failure(self, pod: str) -> StartFailure | None:
+        """Why the pod's containers cannot start (the runtime's words), or None while nothing says so."""
+        got = self.client.get_or_none(PODS, pod, namespace=self.namespace)
+        if got is None:
+            return None
+        events = self.client.list(EVENTS, namespace=self.namespace, field_selector=f"involvedObject.name={pod}")
+        return compute_start_failure(got, events=events)
 
     def create_pod(self, *, claim: str, managed: bool, command: str = "sleep 3600") -> str:
         name = self._name("pod")
@@ -221,11 +277,29 @@ class ConformanceContext:
 
     def prepare(self, claims: Sequence[ClaimRef], *, timeout: float = 45.0) -> dict[str, PrepareResult]:
         inst = self.wait_registered()
-        return self.loop.call(inst.connection.prepare(claims, version=inst.registration.dra_version, timeout=timeout))
+        self.note("sent", f"NodePrepareResources {render_refs(claims)}")
+        try:
+            answer = self.loop.call(
+                inst.connection.prepare(claims, version=inst.registration.dra_version, timeout=timeout)
+            )
+        except Exception as exc:
+            self.note("received", f"NodePrepareResources failed: {exc}")
+            raise
+        self.note("received", f"NodePrepareResources → {render_prepare_answer(answer)}")
+        return answer
 
     def unprepare(self, claims: Sequence[ClaimRef], *, timeout: float = 45.0) -> dict[str, str]:
         inst = self.wait_registered()
-        return self.loop.call(inst.connection.unprepare(claims, version=inst.registration.dra_version, timeout=timeout))
+        self.note("sent", f"NodeUnprepareResources {render_refs(claims)}")
+        try:
+            answer = self.loop.call(
+                inst.connection.unprepare(claims, version=inst.registration.dra_version, timeout=timeout)
+            )
+        except Exception as exc:
+            self.note("received", f"NodeUnprepareResources failed: {exc}")
+            raise
+        self.note("received", f"NodeUnprepareResources → {answer or '{}'}")
+        return answer
 
     def fresh_connection(self) -> DraConnection:
         """A new connection to the registered endpoint (created on the background loop)."""
@@ -251,7 +325,7 @@ class ConformanceContext:
             if fresh:
                 return fresh[0]
             time.sleep(0.1)
-        raise AssertionError(f"the driver did not register again after a restart; log:\n{self.driver_log()}")
+        raise CheckFailed(f"the driver did not register again within {REGISTRATION_TIMEOUT:.0f}s of a restart")
 
     def cdi_files(self) -> list[Path]:
         return sorted(p for p in self.cdi_dir.iterdir() if p.is_file() and not p.name.startswith("."))
@@ -292,6 +366,22 @@ class ConformanceContext:
             predicate=lambda items: not items,
             what="claims of the last check deleted",
         )
+
+
+def render_refs(claims: Sequence[ClaimRef]) -> str:
+    return "[" + ", ".join(f"{c.namespace}/{c.name} uid={c.uid}" for c in claims) + "]"
+
+
+def render_prepare_answer(answer: dict[str, PrepareResult]) -> str:
+    """A prepare answer in one line per claim: its devices and CDI IDs, or its error."""
+    parts = []
+    for uid, result in answer.items():
+        if result.error:
+            parts.append(f"{uid}: error {result.error!r}")
+        else:
+            devices = ", ".join(f"{d.pool}/{d.device} {list(d.cdi_device_ids)}" for d in result.devices)
+            parts.append(f"{uid}: [{devices}]")
+    return "; ".join(parts) or "(no entries)"
 
 
 @contextlib.contextmanager
