@@ -18,10 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+import grpc
+
 from harness.cluster.nodes import delete_node
 from harness.conformance.nodes import UNMANAGED_LABEL, ConformanceNode, EmulatedConformanceNode
 from harness.conformance.verdicts import CheckError, CheckFailed, DriverOffer
-from harness.errors import NotReadyError
+from harness.errors import DraCallError, NotReadyError
 from harness.kube.podstart import StartFailure, compute_start_failure
 from harness.kube.waits import wait_list
 from harness.node.background import BackgroundLoop
@@ -52,6 +54,11 @@ class ConformanceContext:
     driver_name: str = ""
     _counter: int = 0
     _offer: DriverOffer | None = None
+    unanswered: str = ""
+    """The DRA call the driver left unanswered until its deadline, and in which check: later checks that would call
+    it are skipped at once instead of waiting 45 s each."""
+    current: str = ""
+    """The check running now (for ``unanswered``)."""
     transcript: list[tuple[str, str]] = field(default_factory=list)
     """What the current check sent and what came back, in order (``("sent" | "received", text)``); the runner
     clears it before each check and puts it in the report."""
@@ -284,6 +291,7 @@ class ConformanceContext:
             )
         except Exception as exc:
             self.note("received", f"NodePrepareResources failed: {exc}")
+            self._remember_silence(exc, call="NodePrepareResources", timeout=timeout)
             raise
         self.note("received", f"NodePrepareResources → {render_prepare_answer(answer)}")
         return answer
@@ -297,9 +305,14 @@ class ConformanceContext:
             )
         except Exception as exc:
             self.note("received", f"NodeUnprepareResources failed: {exc}")
+            self._remember_silence(exc, call="NodeUnprepareResources", timeout=timeout)
             raise
         self.note("received", f"NodeUnprepareResources → {answer or '{}'}")
         return answer
+
+    def _remember_silence(self, exc: Exception, *, call: str, timeout: float) -> None:
+        if isinstance(exc, DraCallError) and exc.code == grpc.StatusCode.DEADLINE_EXCEEDED and not self.unanswered:
+            self.unanswered = f"it left {call} unanswered for {timeout:.0f}s in {self.current or 'an earlier check'}"
 
     def fresh_connection(self) -> DraConnection:
         """A new connection to the registered endpoint (created on the background loop)."""

@@ -51,12 +51,15 @@ def run_check(ctx: ConformanceContext, check: Check, *, done: dict[str, str]) ->
         )
     started = time.monotonic()
     ctx.transcript.clear()
+    ctx.current = check.id
     outcome, message, trace = "passed", "", ""
     details: dict[str, str] = {}
     try:
         unmet = compute_unmet(check.needs, offer=ctx.offer()) if check.needs else None
         if unmet is not None:
             raise CheckSkipped(unmet)
+        if check.calls_driver and ctx.unanswered:
+            raise CheckSkipped(f"needs a driver that answers DRA calls; {ctx.unanswered}")
         check.run(ctx)
     except CheckSkipped as exc:
         outcome, message = "skipped", str(exc)
