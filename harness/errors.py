@@ -28,10 +28,11 @@ HarnessError
         └── NodeFilesError      the node's files cannot be read through the pod chosen for it (no such pod, exec
                                 refused or timed out); the message names the pod, the node and what to check
 
-Not errors: the verdicts :class:`harness.conformance.checks.CheckFailed` and ``CheckSkipped`` (a driver broke a
-contract clause / a check does not apply) and :class:`harness.drills.runner.StepFailed` (a drill step's condition did
-not hold) and ``StepBlocked`` (the cluster cannot do a drill step's fault) report on the system under test, not on
-the harness; they stay next to the code that decides them.
+Not errors: the verdicts :class:`harness.conformance.verdicts.CheckFailed`, ``CheckSkipped`` and ``CheckError`` (a
+driver broke a contract clause / cannot give what a check needs / the harness or environment broke, as a verdict
+with its sentence) and :class:`harness.drills.runner.StepFailed` (a drill step's condition did not hold) and
+``StepBlocked`` (the cluster cannot do a drill step's fault) report on the system under test; they stay next to the
+code that decides them.
 
 API errors (``ApiError`` and its retryable children) live in :mod:`kubeclient.errors`.
 """

@@ -240,6 +240,8 @@ def run_conformance_check(ctx: ConformanceContext, check: Check, *, request: pyt
     _OUTCOMES[check.id] = result.outcome
     for name, text in result.details.items():
         request.node.add_report_section("call", name, text)
+    if result.traceback:
+        request.node.add_report_section("call", "traceback", result.traceback)
     if result.outcome == "skipped":
         pytest.skip(result.message)
     if result.outcome == "blocked":

@@ -33,6 +33,7 @@ from kubeletapi import health_v1_pb2 as h1
 from kubeletapi import health_v1_pb2_grpc as h1_grpc
 from kubeletapi.types import ClaimRef, DeviceHealth, PreparedDevice, PrepareResult
 
+EVENT_PATIENCE: Final = 10.0
 METADATA_VERSIONS: Final = ("metadata.resource.k8s.io/v1beta1", "metadata.resource.k8s.io/v1alpha1")
 
 
@@ -432,12 +433,18 @@ def check_pod(ctx: ConformanceContext) -> None:
     claim = ctx.allocated_claim(managed=True, command="env; sleep 3600")
     pod_name = claim["status"]["reservedFor"][0]["name"]
     deadline = time.monotonic() + POD_START_TIMEOUT
+    first_event: float | None = None
     while True:
         pod = ctx.client.get(PODS, pod_name, namespace=ctx.namespace)
         phase = (pod.get("status") or {}).get("phase")
         if phase == "Running":
             break
         failure = ctx.start_failure(pod_name)
+        if failure is not None and not failure.container:
+            # A failed prepare is retried by the node (and an event is history): only one still reported 10 s on
+            # is the verdict. A container the runtime cannot create says so in its current state.
+            first_event = first_event or time.monotonic()
+            failure = failure if time.monotonic() - first_event >= EVENT_PATIENCE else None
         if failure is not None or phase == "Failed":
             ctx.note("received", f"pod {pod_name}: {failure.describe() if failure else phase}")
             raise _start_verdict(failure, pod=pod_name)

@@ -17,7 +17,7 @@ from kubeclient import JsonObj
 STILL_STARTING: Final = frozenset({"ContainerCreating", "PodInitializing", ""})
 """Waiting reasons that mean "not yet", not "cannot"."""
 START_FAILED_EVENTS: Final = frozenset(
-    {"FailedPrepareDynamicResources", "FailedCreatePodSandBox", "Failed", "FailedMount", "FailedScheduling"}
+    {"FailedPrepareDynamicResources", "FailedCreatePodSandBox", "Failed", "FailedMount"}
 )
 
 
@@ -27,6 +27,8 @@ class StartFailure:
     """The container that cannot start; empty when the pod as a whole cannot (prepare, sandbox, scheduling)."""
     reason: str
     message: str
+    from_events: bool = False
+    """Read from an event: history, which a later retry may have overcome (a status is the current state)."""
 
     def describe(self) -> str:
         who = f"container {self.container}" if self.container else "the pod"
@@ -57,5 +59,7 @@ def compute_start_failure(pod: JsonObj, *, events: Sequence[JsonObj] = ()) -> St
     warnings = [e for e in events if e.get("type") == "Warning" and e.get("reason") in START_FAILED_EVENTS]
     if warnings:
         last = sorted(warnings, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))[-1]
-        return StartFailure(container="", reason=str(last.get("reason")), message=str(last.get("message", "")))
+        return StartFailure(
+            container="", reason=str(last.get("reason")), message=str(last.get("message", "")), from_events=True
+        )
     return None
