@@ -39,6 +39,7 @@ REGISTRATION_TIMEOUT: Final = 30.0
 SLICES_TIMEOUT: Final = 30.0
 ALLOCATION_TIMEOUT: Final = 60.0
 POD_START_TIMEOUT: Final = 60.0
+UNSCHEDULABLE_PATIENCE: Final = 20.0
 
 
 @dataclass(kw_only=True)
@@ -185,12 +186,18 @@ class ConformanceContext:
             f"pod(s) {', '.join(made)} using it",
         )
         deadline = time.monotonic() + ALLOCATION_TIMEOUT
+        since: float | None = None
         while True:
             claim = self.client.get(RESOURCE_CLAIMS, name, namespace=self.namespace)
             if len((claim.get("status") or {}).get("reservedFor") or []) >= pods:
                 return claim
             unschedulable = self._unschedulable(made)
-            if unschedulable or time.monotonic() >= deadline:
+            # The scheduler retries (a DeviceClass it has not seen yet is a passing reason): only a pod still
+            # unschedulable after UNSCHEDULABLE_PATIENCE ends the wait early.
+            since = (since or time.monotonic()) if unschedulable else None
+            if (since is not None and time.monotonic() - since >= UNSCHEDULABLE_PATIENCE) or (
+                time.monotonic() >= deadline
+            ):
                 # The scheduler is the harness's side: a claim it cannot place is an environment or set-up problem
                 # (devices the DeviceClass does not select, devices still held by an earlier check).
                 why = unschedulable or f"not allocated within {ALLOCATION_TIMEOUT:.0f}s"
