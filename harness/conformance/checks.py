@@ -272,7 +272,9 @@ def check_metadata(ctx: ConformanceContext) -> None:
     first_ids = devices[0].cdi_device_ids
     _expect(meta_ids[0] in first_ids, "the metadata CDI ID must ride on the first device of its request")
     registry = cdi.load_registry(spec_dirs=[ctx.cdi_dir])
-    (mount,) = registry.resolve(meta_ids[0]).device.container_edits.mounts
+    mounts = registry.resolve(meta_ids[0]).device.container_edits.mounts
+    _expect(len(mounts) == 1, f"the metadata CDI device {meta_ids[0]} must have one mount; it has {len(mounts)}")
+    (mount,) = mounts
     expected = (
         f"/var/run/kubernetes.io/dra-device-attributes/resourceclaims/{ref.name}/dev/{ctx.driver_name}-metadata.json"
     )
