@@ -86,7 +86,7 @@ def test_a_pod_that_cannot_start_names_the_missing_node_the_device_and_the_spec(
     assert result.outcome == "failed", result
     assert time.monotonic() - started < 45  # the runtime's reason ends the wait, not the 60 s deadline
     assert MISSING_NODE in result.message
-    assert "CDI injection failed for device k8s.gpu.example.com/gpu=" in result.message
+    assert "CDI injection failed for device k8s.gpu.example.com/device=" in result.message
     assert f"(CDI spec {missing_node_ctx.cdi_dir}/" in result.message
     assert "\n" not in result.message
 
