@@ -75,6 +75,8 @@ def check_handshake(ctx: ConformanceContext) -> None:
     except AssertionError as exc:
         raise _fail(str(exc)) from None
     reg = inst.registration
+    ctx.note("sent", "GetInfo and NotifyRegistrationStatus on the registration socket, as the kubelet's plugin watcher")
+    ctx.note("received", f"driver {reg.driver!r}, endpoint {reg.endpoint}, versions {list(reg.advertised)}")
     _expect(bool(reg.driver), "PluginInfo.name (the driver name) is empty")
     _expect(reg.endpoint.is_absolute(), f"endpoint {reg.endpoint} is not an absolute path")
     _expect(reg.endpoint.exists(), f"the advertised endpoint {reg.endpoint} does not exist")
@@ -98,6 +100,11 @@ def check_versions(ctx: ConformanceContext) -> None:
 def check_slices(ctx: ConformanceContext) -> None:
     ctx.offer()  # waits for the first slice once; the checks' needs use the same look
     slices = ctx.slices()
+    ctx.note("sent", f"list ResourceSlices with spec.nodeName={ctx.node_name}, spec.driver={ctx.driver_name}")
+    ctx.note(
+        "received",
+        "; ".join(f"{s['metadata']['name']}: {len(s['spec'].get('devices') or [])} devices" for s in slices) or "none",
+    )
     _expect(bool(slices), f"the driver published no ResourceSlice for node {ctx.node_name} within 30s")
     for s in slices:
         owners = [o for o in s["metadata"].get("ownerReferences") or [] if o.get("kind") == "Node"]
