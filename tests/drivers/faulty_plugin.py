@@ -1,19 +1,25 @@
 """A deliberately faulty DRA driver: fakedev's plugin with exactly one contract violation switched on.
 
 Usage: ``python -m tests.drivers.faulty_plugin --defect NAME -- <arguments of fakedev plugin>``. Each defect breaks the
-one conformance check named in :data:`DEFECTS`, so the suite can show that every check is able to fail. This is a
-test program, not part of the product: it rewires the plugin's own classes in this process only.
+one conformance check named in :data:`DEFECTS`, so the suite can show that every check is able to fail;
+:data:`VARIANTS` are behaviours that are not one check's defect (one device only, a CDI spec naming a missing device
+node, no slices, no answers) for the tests of the verdicts themselves. This is a test program, not part of the
+product: it rewires the plugin's own classes in this process only.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import grpc
+import grpc.aio
 
 import cdi
 import fakedev.driver.claims as claims_mod
@@ -318,7 +324,93 @@ def health_v1alpha1_only() -> None:
     registration_mod.RegistrationServicer.__init__ = init  # type: ignore[method-assign]
 
 
-VARIANTS: dict[str, Callable[[], None]] = {"health-v1alpha1-only": health_v1alpha1_only}
+def single_device() -> None:
+    """Not a defect: the profile's devices cut to one, so checks that need several meet a driver that has one."""
+    import fakedev.plugin.app as app_mod
+
+    original = getattr(app_mod, "load_profile")  # noqa: B009 - the name app.py imported, not a public one
+
+    def load(name_or_path: Any) -> Any:
+        profile = original(name_or_path)
+        if profile.example is None:
+            raise SystemExit("faulty_plugin --defect single-device needs a profile with example devices (seed-example)")
+        return replace(profile, example=replace(profile.example, count=1))
+
+    setattr(app_mod, "load_profile", load)  # noqa: B010
+
+
+def missing_device_node() -> None:
+    """Every claim's CDI spec names a device node no host has: prepare succeeds, the container cannot start."""
+    original = plan_mod.compute_prepare_plan
+
+    def plan(**kw: Any) -> plan_mod.PreparePlan:
+        base = original(**kw)
+        assert base.claim_spec is not None  # the faulty plugin serves the example schema: always a claim spec
+        spec = base.claim_spec.spec
+        devices = tuple(
+            replace(
+                d,
+                container_edits=replace(
+                    d.container_edits,
+                    device_nodes=(*d.container_edits.device_nodes, cdi.DeviceNode(path=f"/dev/fakedev-missing-{i}")),
+                ),
+            )
+            for i, d in enumerate(spec.devices)
+        )
+        return replace(base, claim_spec=replace(base.claim_spec, spec=replace(spec, devices=devices)))
+
+    setattr(state_mod, "compute_prepare_plan", plan)  # noqa: B010
+
+
+def publish_nothing() -> None:
+    """The plugin registers and serves, but no ResourceSlice ever reaches the API server."""
+    DriverApi.create_slice = lambda self, body: None  # type: ignore[method-assign]
+    DriverApi.replace_slice = lambda self, body: None  # type: ignore[method-assign]
+
+
+class _Mute(grpc.aio.ServerInterceptor):
+    """Takes every call in and never answers it (the caller's deadline ends it)."""
+
+    async def intercept_service(self, continuation: Any, handler_call_details: Any) -> Any:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return None
+
+        async def hang(request: Any, context: Any) -> Any:
+            await asyncio.Event().wait()
+
+        async def hang_stream(request: Any, context: Any) -> AsyncIterator[Any]:
+            await asyncio.Event().wait()
+            yield None  # never reached: makes this an async generator, what a streaming handler must be
+
+        wire = {
+            "request_deserializer": handler.request_deserializer,
+            "response_serializer": handler.response_serializer,
+        }
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(hang_stream, **wire)
+        return grpc.unary_unary_rpc_method_handler(hang, **wire)
+
+
+def never_answer() -> None:
+    """Every gRPC call — registration, DRA, health — is accepted and never answered."""
+    original = grpc.aio.server
+
+    def server(*args: Any, **kw: Any) -> Any:
+        kw["interceptors"] = [_Mute(), *(kw.get("interceptors") or [])]
+        return original(*args, **kw)
+
+    grpc.aio.server = server
+
+
+VARIANTS: dict[str, Callable[[], None]] = {
+    "health-v1alpha1-only": health_v1alpha1_only,
+    # The behaviours the conformance verdict tests meet (the Go test driver minidra has the same four).
+    "single-device": single_device,
+    "missing-device-node": missing_device_node,
+    "publish-nothing": publish_nothing,
+    "never-answer": never_answer,
+}
 
 DEFECTS: dict[str, tuple[str, Callable[[], None]]] = {
     "wrong-type": ("registration.handshake", wrong_type),
