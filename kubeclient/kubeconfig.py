@@ -22,10 +22,12 @@ _DATA_DIR: Path | None = None
 
 
 def _data_dir() -> Path:
-    """A private directory for embedded certificates and keys (urllib3 wants files); removed at exit."""
+    """A private directory for embedded certificates and keys (urllib3 wants files); removed at exit. Its name
+    must not start with ``fakedev-``: the reaper removes unlocked ``/tmp/fakedev-*`` directories as dead runs' (it
+    did, under a test that reaped while this process was alive), and one gone anyway is made again."""
     global _DATA_DIR
-    if _DATA_DIR is None:
-        _DATA_DIR = Path(tempfile.mkdtemp(prefix="fakedev-kubeconfig-"))
+    if _DATA_DIR is None or not _DATA_DIR.is_dir():
+        _DATA_DIR = Path(tempfile.mkdtemp(prefix="kubeclient-kubeconfig-"))
         atexit.register(shutil.rmtree, _DATA_DIR, ignore_errors=True)
     return _DATA_DIR
 

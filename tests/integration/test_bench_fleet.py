@@ -69,12 +69,22 @@ def test_kube_apiserver_cpu_profile_is_taken_and_read_with_go_tool_pprof(
 ) -> None:
     """The scale section's --profile: a real pprof profile from the worker's API server, read by go tool pprof."""
     kube = local_cluster.client
-    load = threading.Thread(target=lambda: [kube.list(RESOURCE_SLICES) for _ in range(200)], daemon=True)
+    profiled = threading.Event()
+
+    def lists() -> None:
+        # For as long as the profile runs (200 lists alone could end before it starts on a busy machine).
+        while not profiled.is_set():
+            kube.list(RESOURCE_SLICES)
+
+    load = threading.Thread(target=lists, daemon=True)
     load.start()  # something for the profile to see
     sampler = goprofile.ApiServerSampler(kube=kube, seconds=2, out=tmp_path / "kube-apiserver-nodes-3")
     results: dict[str, Any] = {}
-    record_apiserver_shares(results, sampler=sampler, nodes=3)
-    load.join()
+    try:
+        record_apiserver_shares(results, sampler=sampler, nodes=3)
+    finally:
+        profiled.set()
+        load.join(timeout=30)
     assert (tmp_path / "kube-apiserver-nodes-3.pprof").read_bytes().startswith(b"\x1f\x8b")
     top = (tmp_path / "kube-apiserver-nodes-3.top.txt").read_text()
     assert "File: kube-apiserver" in top

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import base64
+import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
+from harness.procs import RUN_PREFIX
 from kubeclient import credentials_from_kubeconfig
 from kubeclient.errors import ApiError, OfficialLoaderNeededError
 from kubeclient.kubeconfig import read_kubeconfig
@@ -86,3 +88,16 @@ def test_exec_users_are_left_to_the_official_loader(tmp_path: Path) -> None:
     )
     with pytest.raises(OfficialLoaderNeededError):
         read_kubeconfig(path)
+
+
+def test_embedded_data_survives_its_directory_being_reaped(tmp_path: Path) -> None:
+    """The data directory is not a run directory the reaper may take, and one removed anyway is made again."""
+    config = _config(
+        user={"token": "t"},
+        cluster={"server": "https://127.0.0.1:1", "certificate-authority-data": base64.b64encode(b"CA").decode()},
+    )
+    first = read_kubeconfig(_write(tmp_path, config))
+    assert not Path(first["ca_file"]).parent.name.startswith(RUN_PREFIX)
+    shutil.rmtree(Path(first["ca_file"]).parent)
+    again = read_kubeconfig(_write(tmp_path, config))
+    assert Path(again["ca_file"]).read_bytes() == b"CA"
