@@ -69,7 +69,7 @@ class ConformanceNode(Protocol):
         ...
 
     def refusals(self) -> list[str]:
-        """Why earlier registration attempts were refused."""
+        """Why earlier registration attempts failed or were refused."""
         ...
 
     def adapt_pod(self, pod: dict[str, Any]) -> dict[str, Any]:
@@ -138,7 +138,8 @@ class EmulatedConformanceNode:
         return sorted(self.emulator.plugins.instances.values(), key=lambda i: i.registration.registered_at)
 
     def refusals(self) -> list[str]:
-        return [e.detail for e in self.emulator.plugins.events if e.kind == "refused"]
+        # "failed": the handshake itself broke (a GetInfo that timed out or errored), "refused": the kubelet's rules.
+        return [e.detail for e in self.emulator.plugins.events if e.kind in ("refused", "failed")]
 
     def adapt_pod(self, pod: dict[str, Any]) -> dict[str, Any]:
         return pod
