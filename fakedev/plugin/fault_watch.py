@@ -181,7 +181,11 @@ class FaultWatcher:
         try:
             while True:
                 try:
-                    self._take(await asyncio.wait_for(queue.get(), self._wait_seconds()))
+                    # asyncio.timeout, not wait_for: on 3.11 wait_for can drop an item (or a cancellation) that
+                    # arrives as the wait ends.
+                    async with asyncio.timeout(self._wait_seconds()):
+                        item = await queue.get()
+                    self._take(item)
                     while not queue.empty():
                         self._take(queue.get_nowait())
                 except TimeoutError:

@@ -120,8 +120,11 @@ class PluginManager:
         try:
             while True:
                 await self.reconcile()
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation that lands as the event
+                # is set, and this loop then outlives the emulator's stop (seen in CI: stop waited 120 s).
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self.retry_interval)
+                    async with asyncio.timeout(self.retry_interval):
+                        await self._wake.wait()
                 self._wake.clear()
         finally:
             if watch is not None:

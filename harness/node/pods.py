@@ -172,8 +172,9 @@ class PodWorker:
                 else:
                     await self._drive_containers()
                 await self._publish_status()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.changed.wait(), POLL_SECONDS)
+                with contextlib.suppress(TimeoutError):  # asyncio.timeout: see PluginManager.run
+                    async with asyncio.timeout(POLL_SECONDS):
+                        await self.changed.wait()
                 self.changed.clear()
         except asyncio.CancelledError:
             raise
@@ -421,8 +422,9 @@ class PodWorker:
         while not await self._cleanup():
             if self.node.stopping:
                 return  # the next start resumes from the checkpoint, as after a kubelet restart
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.changed.wait(), POLL_SECONDS)
+            with contextlib.suppress(TimeoutError):  # asyncio.timeout: see PluginManager.run
+                async with asyncio.timeout(POLL_SECONDS):
+                    await self.changed.wait()
             self.changed.clear()
         if self.phase not in ("Succeeded", "Failed"):
             self.phase = (
