@@ -388,3 +388,15 @@ def busybox_rootfs_tar(path: Path, *, files: dict[str, str] | None = None) -> Pa
             info.mode = 0o644
             tar.addfile(info, io.BytesIO(data))
     return path
+
+
+# A node profile with a single device in the dra-example-driver schema: a driver that cannot meet most needs.
+ONE_DEVICE_PROFILE = """\
+name: one-device
+description: a single device in the dra-example-driver schema
+example:
+  count: 1
+  model: LATEST-GPU-MODEL
+  memory: 80Gi
+  driverVersion: 1.0.0
+"""

@@ -13,25 +13,17 @@ import pytest
 
 from fakedev.cli.rig import plugin_command
 from harness.cluster.local import LocalCluster
+from tests.helpers import ONE_DEVICE_PROFILE
 
 pytestmark = [pytest.mark.cluster, pytest.mark.privileged, pytest.mark.slow]
 
-PROFILE = """\
-name: one-device
-description: a single device in the dra-example-driver schema
-example:
-  count: 1
-  model: LATEST-GPU-MODEL
-  memory: 80Gi
-  driverVersion: 1.0.0
-"""
 SKIP_SENTENCE = "needs 3 allocatable devices on the node; the driver published 1"
 
 
 @pytest.fixture(scope="module")
 def report_dir(local_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("conformance-report")
-    (base / "one-device.yaml").write_text(PROFILE)
+    (base / "one-device.yaml").write_text(ONE_DEVICE_PROFILE)
     out = base / "report"
     done = subprocess.run(
         [

@@ -20,18 +20,9 @@ from harness.node.drivers import template_driver
 from harness.procs import wait_for
 from harness.reports import CaseResult, render_console
 from tests.drivers.missing_device_node import MISSING_NODE
+from tests.helpers import ONE_DEVICE_PROFILE
 
 pytestmark = [pytest.mark.cluster, pytest.mark.privileged, pytest.mark.slow]
-
-ONE_DEVICE_PROFILE = """\
-name: one-device
-description: a single device in the dra-example-driver schema
-example:
-  count: 1
-  model: LATEST-GPU-MODEL
-  memory: 80Gi
-  driverVersion: 1.0.0
-"""
 
 
 @pytest.fixture(scope="module")
