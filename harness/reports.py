@@ -1,7 +1,9 @@
-"""Test-result reports shared by the conformance suite and the drills: console table, JUnit XML, JSON."""
+"""Test-result reports shared by the conformance suite and the drills: console table, JUnit XML, JSON, and the
+frame of their HTML pages."""
 
 from __future__ import annotations
 
+import html
 import json
 import platform
 import time
@@ -103,3 +105,24 @@ def render_json(results: Sequence[CaseResult], *, meta: Mapping[str, Any]) -> st
         )
         + "\n"
     )
+
+
+PAGE_CSS: Final = """body { font-family: sans-serif; margin: 24px; color: #212121; }
+table { border-collapse: collapse; margin: 8px 0 16px; }
+td, th { border: 1px solid #e0e0e0; padding: 4px 8px; font-size: 13px; text-align: left; vertical-align: top; }
+tr.blocked td, span.blocked { color: #6a1b9a; }"""
+"""What the drill and conformance pages share; each adds its own rules after these."""
+
+
+def render_page(*, title: str, css: str, body: str) -> str:
+    """A self-contained HTML page (no scripts, no outside resources) with ``title`` as its heading."""
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>
+{PAGE_CSS}
+{css}
+</style></head><body>
+<h1>{html.escape(title)}</h1>
+{body}
+</body></html>
+"""

@@ -13,13 +13,14 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Final
+from typing import Any, Final, TypeVar
 
 import grpc
 
+import cdi
 from harness.cluster.nodes import delete_node
 from harness.conformance.nodes import UNMANAGED_LABEL, ConformanceNode, EmulatedConformanceNode
 from harness.conformance.verdicts import CheckError, CheckFailed, DriverOffer
@@ -30,10 +31,14 @@ from harness.node.background import BackgroundLoop
 from harness.node.dra_client import DraConnection
 from harness.node.drivers import DriverContext, DriverProcess, DriverSpec
 from harness.node.plugins import PluginInstance
+from harness.node.startreasons import find_cdi_culprits
 from harness.reaper import reap_all
 from kubeclient import JsonObj, KubeClient
 from kubeclient.resources import DEVICE_CLASSES, EVENTS, NAMESPACES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from kubeletapi.types import ClaimRef, PrepareResult
+
+A = TypeVar("A")
+"""A gRPC call's answer."""
 
 REGISTRATION_TIMEOUT: Final = 30.0
 SLICES_TIMEOUT: Final = 30.0
@@ -223,7 +228,14 @@ class ConformanceContext:
         if got is None:
             return None
         events = self.client.list(EVENTS, namespace=self.namespace, field_selector=f"involvedObject.name={pod}")
-        return compute_start_failure(got, events=events)
+        failure = compute_start_failure(got, events=events)
+        if failure is None or "CDI" not in failure.message or "CDI spec" in failure.message:
+            return failure
+        # A real runtime quotes the path it could not use, not whose it was: the node's specs say.
+        culprits = find_cdi_culprits(message=failure.message, registry=cdi.load_registry(spec_dirs=[self.node.cdi_dir]))
+        if not culprits:
+            return failure
+        return replace(failure, message=f"{failure.message} (named by CDI device {', '.join(culprits)})")
 
     def create_pod(self, *, claim: str, managed: bool, command: str = "sleep 3600") -> str:
         name = self._name("pod")
@@ -292,31 +304,42 @@ class ConformanceContext:
     # -- gRPC, as the kubelet sends it ---------------------------------------------------------------------------
 
     def prepare(self, claims: Sequence[ClaimRef], *, timeout: float = 45.0) -> dict[str, PrepareResult]:
-        inst = self.wait_registered()
-        self.note("sent", f"NodePrepareResources {render_refs(claims)}")
-        try:
-            answer = self.loop.call(
-                inst.connection.prepare(claims, version=inst.registration.dra_version, timeout=timeout)
-            )
-        except Exception as exc:
-            self.note("received", f"NodePrepareResources failed: {exc}")
-            self._remember_silence(exc, call="NodePrepareResources", timeout=timeout)
-            raise
-        self.note("received", f"NodePrepareResources → {render_prepare_answer(answer)}")
-        return answer
+        return self._call(
+            "NodePrepareResources",
+            claims,
+            lambda inst: inst.connection.prepare(claims, version=inst.registration.dra_version, timeout=timeout),
+            render=render_prepare_answer,
+            timeout=timeout,
+        )
 
     def unprepare(self, claims: Sequence[ClaimRef], *, timeout: float = 45.0) -> dict[str, str]:
+        return self._call(
+            "NodeUnprepareResources",
+            claims,
+            lambda inst: inst.connection.unprepare(claims, version=inst.registration.dra_version, timeout=timeout),
+            render=lambda answer: str(answer or "{}"),
+            timeout=timeout,
+        )
+
+    def _call(
+        self,
+        call: str,
+        claims: Sequence[ClaimRef],
+        send: Callable[[PluginInstance], Coroutine[Any, Any, A]],
+        *,
+        render: Callable[[A], str],
+        timeout: float,
+    ) -> A:
+        """One gRPC call to the registered plugin, noted as sent and received (a silence is remembered)."""
         inst = self.wait_registered()
-        self.note("sent", f"NodeUnprepareResources {render_refs(claims)}")
+        self.note("sent", f"{call} {render_refs(claims)}")
         try:
-            answer = self.loop.call(
-                inst.connection.unprepare(claims, version=inst.registration.dra_version, timeout=timeout)
-            )
+            answer = self.loop.call(send(inst))
         except Exception as exc:
-            self.note("received", f"NodeUnprepareResources failed: {exc}")
-            self._remember_silence(exc, call="NodeUnprepareResources", timeout=timeout)
+            self.note("received", f"{call} failed: {exc}")
+            self._remember_silence(exc, call=call, timeout=timeout)
             raise
-        self.note("received", f"NodeUnprepareResources → {answer or '{}'}")
+        self.note("received", f"{call} → {render(answer)}")
         return answer
 
     def _remember_silence(self, exc: Exception, *, call: str, timeout: float) -> None:

@@ -8,7 +8,7 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from harness.reports import OUTCOMES, CaseResult
+from harness.reports import OUTCOMES, CaseResult, render_page
 
 VERDICT_MEANING: Final[Mapping[str, str]] = {
     "passed": "the driver does what the clause asks",
@@ -17,6 +17,15 @@ VERDICT_MEANING: Final[Mapping[str, str]] = {
     "error": "the harness or the environment broke",
     "blocked": "a prerequisite check did not pass",
 }
+
+
+PAGE_CSS: Final = """tr.failed td, span.failed, td.failed { color: #c62828; }
+tr.error td, span.error, td.error { color: #e65100; }
+tr.passed td:nth-child(4), span.passed, td.passed { color: #2e7d32; }
+tr.skipped td, span.skipped { color: #757575; } td.blocked { color: #6a1b9a; }
+pre { background: #fafafa; border: 1px solid #eeeeee; padding: 6px; font-size: 12px; white-space: pre-wrap; }
+section.check { border-top: 2px solid #eeeeee; padding-top: 8px; }
+h3 { font-size: 14px; margin: 8px 0 2px; }"""
 
 
 def _pre(text: str, *, css: str) -> str:
@@ -53,24 +62,9 @@ def render_conformance_html(results: Sequence[CaseResult], *, title: str, meta: 
             f"<h3>sent</h3>{_pre(r.sent, css='sent')}<h3>received</h3>{_pre(r.received, css='received')}"
             f"{artifacts}{trace}</section>"
         )
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>
-body {{ font-family: sans-serif; margin: 24px; color: #212121; }}
-table {{ border-collapse: collapse; margin: 8px 0 16px; }}
-td, th {{ border: 1px solid #e0e0e0; padding: 4px 8px; font-size: 13px; text-align: left; vertical-align: top; }}
-tr.failed td, span.failed, td.failed {{ color: #c62828; }} tr.error td, span.error, td.error {{ color: #e65100; }}
-tr.passed td:nth-child(4), span.passed, td.passed {{ color: #2e7d32; }}
-tr.skipped td, span.skipped {{ color: #757575; }} tr.blocked td, span.blocked {{ color: #6a1b9a; }}
-pre {{ background: #fafafa; border: 1px solid #eeeeee; padding: 6px; font-size: 12px; white-space: pre-wrap; }}
-section.check {{ border-top: 2px solid #eeeeee; padding-top: 8px; }}
-h3 {{ font-size: 14px; margin: 8px 0 2px; }}
-</style></head><body>
-<h1>{html.escape(title)}</h1>
-<table class="meta">{facts}</table>
-<p class="summary">{summary}.</p>
-<table class="summary"><tr><th>check</th><th>level</th><th>clause</th><th>verdict</th><th>time</th><th>why</th></tr>
-{rows}</table>
-{"".join(sections)}
-</body></html>
-"""
+    body = (
+        f'<table class="meta">{facts}</table>\n<p class="summary">{summary}.</p>\n'
+        '<table class="summary"><tr><th>check</th><th>level</th><th>clause</th><th>verdict</th><th>time</th>'
+        f"<th>why</th></tr>\n{rows}</table>\n{''.join(sections)}"
+    )
+    return render_page(title=title, css=PAGE_CSS, body=body)

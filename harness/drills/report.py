@@ -8,8 +8,13 @@ from typing import Final
 
 from harness.drills.requirements import Gate
 from harness.drills.runner import DrillResult, NodeKind, Sample
-from harness.reports import CaseResult
+from harness.reports import CaseResult, render_page
 
+PAGE_CSS: Final = """tr.failed td, span.failed { color: #c62828; }
+tr.passed td:nth-child(2), span.passed { color: #2e7d32; }
+tr.skipped td { color: #9e9e9e; }
+svg.timeline text { font-size: 11px; fill: #424242; }
+section.drill { border-top: 2px solid #eeeeee; padding-top: 8px; }"""
 LANE_HEIGHT: Final = 22
 LABEL_WIDTH: Final = 190
 PLOT_WIDTH: Final = 860
@@ -143,23 +148,12 @@ def render_html(results: Sequence[DrillResult], *, title: str) -> str:
             f'<table class="steps"><tr><th>#</th><th>kind</th><th>step</th><th>outcome</th><th>at</th>'
             f"<th>took</th><th>detail</th></tr>{steps}</table></section>"
         )
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>
-body {{ font-family: sans-serif; margin: 24px; color: #212121; }}
-table {{ border-collapse: collapse; margin: 8px 0 16px; }}
-td, th {{ border: 1px solid #e0e0e0; padding: 4px 8px; font-size: 13px; text-align: left; vertical-align: top; }}
-tr.failed td, span.failed {{ color: #c62828; }} tr.passed td:nth-child(2), span.passed {{ color: #2e7d32; }}
-tr.skipped td {{ color: #9e9e9e; }} tr.blocked td, span.blocked {{ color: #6a1b9a; }}
-svg.timeline text {{ font-size: 11px; fill: #424242; }}
-section.drill {{ border-top: 2px solid #eeeeee; padding-top: 8px; }}
-</style></head><body>
-<h1>{html.escape(title)}</h1>
-<p class="summary">{passed} of {len(results)} drills passed.{blocked_note}</p>
-<table class="summary"><tr><th>drill</th><th>outcome</th><th>time</th><th>why</th></tr>{rows}</table>
-{"".join(sections)}
-</body></html>
-"""
+    body = (
+        f'<p class="summary">{passed} of {len(results)} drills passed.{blocked_note}</p>\n'
+        f'<table class="summary"><tr><th>drill</th><th>outcome</th><th>time</th><th>why</th></tr>{rows}</table>\n'
+        f"{''.join(sections)}"
+    )
+    return render_page(title=title, css=PAGE_CSS, body=body)
 
 
 def render_matrix(results: Sequence[DrillResult], *, gates: Mapping[str, Gate]) -> str:

@@ -118,7 +118,7 @@ def describe_pod(client: KubeClient, name: str, *, namespace: str) -> str:
     said = [f"{e.get('reason')}: {str(e.get('message', ''))[:200]}" for e in events]
     failure = compute_start_failure(pod, events=events)
     # The runtime's own words (CDI spec, device ID, runc's error) lead: they are the why of a pod stuck Pending.
-    why = f"cannot start: {failure.describe()[:600]}; " if failure is not None else ""
+    why = f"cannot start: {failure.describe()[:1000]}; " if failure is not None else ""
     return (
         f"{why}phase={status.get('phase')} node={pod.get('spec', {}).get('nodeName')} containers=[{', '.join(states)}] "
         f"events=[{' | '.join(said) or 'none'}]"

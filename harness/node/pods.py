@@ -23,7 +23,7 @@ from harness.node.layout import NodeLayout, PodLayout
 from harness.node.netdevices import hand_over_net_devices, release_net_devices
 from harness.node.podclaims import compute_container_cdi_ids
 from harness.node.podmode import PodMode
-from harness.node.startreasons import explain_cdi_failure, render_runc_failure
+from harness.node.startreasons import explain_cdi_failure, read_runc_message, render_runc_failure
 from harness.procs import RunDir, wait_for
 from harness.runtime.netns import create_netns, delete_netns, netns_path
 from harness.runtime.oci import render_container_spec
@@ -362,7 +362,7 @@ class PodWorker:
         log_text = container.log_path.read_text(errors="replace") if container.log_path.exists() else ""
         if container.exit_code() is not None and RUNC_FAILED in log_text:
             container.runtime.delete(cid)
-            said = log_text.strip().splitlines()[-1][:500]
+            said = read_runc_message(next(ln for ln in reversed(log_text.splitlines()) if RUNC_FAILED in ln))[:500]
             raise ContainerStartError(render_runc_failure(message=said, device_ids=ids, specs=specs))
         return container
 

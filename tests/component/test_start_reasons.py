@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 import cdi
-from harness.node.startreasons import explain_cdi_failure, render_runc_failure
+from harness.node.startreasons import explain_cdi_failure, find_cdi_culprits, read_runc_message, render_runc_failure
 
 MISSING = "/dev/fakedev-missing0"
 
@@ -51,3 +52,34 @@ def test_runc_failures_carry_the_containers_cdi_devices() -> None:
         "runc create failed: mount /nonexistent: no such file or directory "
         "(container given CDI devices v/c=a from CDI spec /cdi/v.json)"
     )
+
+
+def test_runcs_logfmt_frame_is_dropped_and_its_quotes_unescaped() -> None:
+    line = (
+        'time="2026-12-05T00:04:39Z" level=error msg="runc run failed: unable to start container process: '
+        'exec: \\"/no/such\\": stat /no/such: no such file or directory"'
+    )
+    assert read_runc_message(line) == (
+        'runc run failed: unable to start container process: exec: "/no/such": stat /no/such: no such file or directory'
+    )
+    assert read_runc_message("  plain words\n") == "plain words"
+
+
+def test_a_path_a_runtime_quotes_is_traced_to_the_device_and_spec_that_named_it(tmp_path: Path) -> None:
+    """containerd says only ``failed to stat CDI host device "/dev/x"``; the node's specs say whose path that is."""
+    spec = {
+        "cdiVersion": "0.6.0",
+        "kind": "vendor.example/gpu",
+        "devices": [
+            {"name": "a", "containerEdits": {"deviceNodes": [{"path": "/dev/gone-a"}]}},
+            {"name": "b", "containerEdits": {"env": ["B=1"]}},
+        ],
+    }
+    (tmp_path / "vendor.json").write_text(json.dumps(spec))
+    registry = cdi.load_registry(spec_dirs=[tmp_path])
+    message = 'CDI device injection failed: failed to stat CDI host device "/dev/gone-a": no such file or directory'
+    assert find_cdi_culprits(message=message, registry=registry) == (
+        f"vendor.example/gpu=a (CDI spec {tmp_path / 'vendor.json'})",
+    )
+    assert find_cdi_culprits(message="no path here", registry=registry) == ()
+    assert find_cdi_culprits(message='stat "/dev/other": missing', registry=registry) == ()

@@ -6,6 +6,7 @@ import dataclasses
 import html.parser
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -256,3 +257,59 @@ def test_drill_command_repeats_and_keeps_the_private_control_planes_logs(tmp_pat
     # Logged at -v=6 only: the allocation state the DRA plugin gathered, per claim it saw allocated.
     assert "Observed consumed capacity" in scheduler
     assert (tmp_path / "components" / "kube-apiserver.log").stat().st_size > 0
+
+
+POD_THAT_CANNOT_START = """
+name: pod-cannot-start
+description: a pod whose container cannot be created; the drill's timeout says why
+expect: the wait for the pod fails, quoting the runtime's reason and the CDI devices the container was given
+nodes:
+  - {name: dgx, profile: dgx-h100, drivers: [nvidia]}
+classes:
+  - name: gpu
+    cel: 'device.driver == "gpu.nvidia.com" && device.attributes["gpu.nvidia.com"].type == "gpu"'
+workloads:
+  first: |
+    apiVersion: resource.k8s.io/v1
+    kind: ResourceClaim
+    metadata: {name: first}
+    spec: {devices: {requests: [{name: dev, exactly: {deviceClassName: "{{class:gpu}}"}}]}}
+    ---
+    apiVersion: v1
+    kind: Pod
+    metadata: {name: first}
+    spec:
+      restartPolicy: Never
+      terminationGracePeriodSeconds: 1
+      nodeSelector: {kubernetes.io/hostname: "{{node:dgx}}"}
+      resourceClaims: [{name: dev, resourceClaimName: first}]
+      containers: [{name: c, image: busybox, command: [/no/such/program], resources: {claims: [{name: dev}]}}]
+steps:
+  - {apply: first}
+  - {name: the pod runs, wait: {pod: first, phase: Running}, timeout: 10}
+"""
+
+
+def test_a_drill_whose_pod_cannot_start_says_why(local_cluster: LocalCluster, tmp_path: Path) -> None:
+    """A wait that times out on a pod the runtime cannot start quotes the runtime, with the CDI devices involved."""
+    source = tmp_path / "pod-cannot-start.yaml"
+    source.write_text(POD_THAT_CANNOT_START)
+    result = _run_drill(local_cluster, parse_scenario(POD_THAT_CANNOT_START, source=str(source)))
+    assert result.outcome == "failed"
+    step = result.steps[-1]
+    assert step.outcome == "failed"
+    said = step.message
+    assert said.startswith("not within 10s: pod first is Pending, not Running — first: cannot start: container c: "), (
+        said
+    )
+    # runc's words, without its log frame, then the CDI devices the container was given and the specs they came from
+    assert (
+        "CreateContainerError: runc create failed: runc run failed: unable to start container process: error during "
+        'container init: exec: "/no/such/program": stat /no/such/program: no such file or directory'
+    ) in said, said
+    given = re.search(r"\(container given CDI devices (\S+), (\S+) from CDI spec (\S+), (\S+?)[;)]", said)
+    assert given is not None, said
+    assert given[1].startswith("k8s.gpu.nvidia.com/claim=") and given[1].endswith("-gpu-0")
+    assert given[2].startswith("gpu.nvidia.com/metadata=") and given[2].endswith("_dev")
+    assert all(Path(p).suffix in (".json", ".yaml") and "/cdi/" in p for p in (given[3], given[4])), said
+    assert f"<td>{html.escape(said)}</td>" in render_html([result], title="drills")

@@ -19,10 +19,13 @@ from harness.kube.waits import describe_pod
 from harness.node.drivers import template_driver
 from harness.procs import wait_for
 from harness.reports import CaseResult, render_console
-from tests.drivers.missing_device_node import MISSING_NODE
 from tests.helpers import ONE_DEVICE_PROFILE
 
 pytestmark = [pytest.mark.cluster, pytest.mark.privileged, pytest.mark.slow]
+
+
+MISSING_NODE = "/dev/fakedev-missing-0"
+"""The node the faulty plugin's ``missing-device-node`` defect names for a claim's first device."""
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +62,9 @@ def missing_node_ctx(local_cluster: LocalCluster) -> Iterator[ConformanceContext
         (
             sys.executable,
             "-m",
-            "tests.drivers.missing_device_node",
+            "tests.drivers.faulty_plugin",
+            "--defect",
+            "missing-device-node",
             "--",
             *plugin_arguments(profile="seed-example"),
         )

@@ -4,6 +4,7 @@ checks' pods, through the CLI as a user runs it (it starts and stops its own rea
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from fakedev.cli.rig import plugin_arguments, plugin_command
 from harness.cluster.local import LocalCluster
 from harness.conformance.checks import CATALOG
 from harness.realnode.node import KUBELET_PORTS, port_free
+from tests.drivers.minidra import MiniMode, build_minidra, minidra_command
 
 pytestmark = [pytest.mark.cluster, pytest.mark.privileged, pytest.mark.xdist_group(name="realnode")]
 ADDRESS = "127.0.0.3"
@@ -91,3 +93,31 @@ def test_a_plugin_the_real_kubelet_refuses_fails_the_handshake_check_and_blocks_
     assert "RegisterPlugin error" in results["registration.handshake"]["message"], results
     assert results["prepare.basic"]["outcome"] == "blocked"
     assert proc.returncode != 0
+
+
+def test_a_pod_the_real_runtime_cannot_start_is_failed_with_containerds_reason(
+    local_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """The Go mini driver in ``--cdi-missing-device-node`` mode: prepare succeeds, then containerd's CDI injection
+    cannot find the device node its spec names. The verdict quotes containerd (through the kubelet's
+    CreateContainerError), with the device node and the CDI device ID, as it does on the node emulator."""
+    binary = build_minidra(progress=lambda message: print(f"[minidra] {message}", file=sys.stderr, flush=True))
+    checks = ("registration.handshake", "slices.published", "prepare.basic", "cdi.valid", "pod.end-to-end")
+    proc, report = _conformance(
+        local_cluster,
+        tmp_path / "missing-node.json",
+        *(f"--only={check}" for check in checks),
+        "--",
+        *minidra_command(binary=binary, mode=MiniMode.MISSING_DEVICE_NODE),
+    )
+    results = {r["id"]: r for r in report["results"]}
+    expected = dict.fromkeys(checks, "passed") | {"pod.end-to-end": "failed"}
+    assert {r["id"]: r["outcome"] for r in report["results"]} == expected, _unexpected(report, expected)
+    message = results["pod.end-to-end"]["message"]
+    assert "cannot start: container " in message and "CreateContainerError" in message, message
+    assert re.search(r"/dev/minidra-missing-", message), message  # the device node containerd could not find
+    # containerd names only the path; the verdict adds the device that asked for it and its spec, from the node's specs
+    assert re.search(
+        r"named by CDI device minidra\.fakedev\.example/[\w-]+=[\w.-]+ \(CDI spec /\S+\.json\)", message
+    ), message
+    assert "Traceback" not in proc.stdout and proc.returncode != 0
