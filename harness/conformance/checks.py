@@ -33,7 +33,10 @@ from kubeletapi import health_v1_pb2 as h1
 from kubeletapi import health_v1_pb2_grpc as h1_grpc
 from kubeletapi.types import ClaimRef, DeviceHealth, PreparedDevice, PrepareResult
 
-EVENT_PATIENCE: Final = 10.0
+EVENT_PATIENCE: Final = 30.0
+"""How long a prepare failure the node reported once may wait for its retry (a kubelet backs off 10–15 s)."""
+FETCH_FAILED: Final = "fetch ResourceClaim"
+"""The kubelet's words when it could not read the claim itself: not the driver's doing."""
 METADATA_VERSIONS: Final = ("metadata.resource.k8s.io/v1beta1", "metadata.resource.k8s.io/v1alpha1")
 
 
@@ -450,10 +453,12 @@ def check_pod(ctx: ConformanceContext) -> None:
             break
         failure = ctx.start_failure(pod_name)
         if failure is not None and not failure.container:
-            # A failed prepare is retried by the node (and an event is history): only one still reported 10 s on
-            # is the verdict. A container the runtime cannot create says so in its current state.
+            # A failed prepare is retried by the node (and an event is history): the verdict is a failure the node
+            # repeated, or one no retry overcame within the patience. A container the runtime cannot create says
+            # so in its current state.
             first_event = first_event or time.monotonic()
-            failure = failure if time.monotonic() - first_event >= EVENT_PATIENCE else None
+            repeated = failure.attempts >= 2 or time.monotonic() - first_event >= EVENT_PATIENCE
+            failure = failure if repeated else None
         if failure is not None or phase == "Failed":
             ctx.note("received", f"pod {pod_name}: {failure.describe() if failure else phase}")
             raise _start_verdict(failure, pod=pod_name)
@@ -490,6 +495,8 @@ def _start_verdict(failure: StartFailure | None, *, pod: str) -> Exception:
     if failure is None:
         return _fail(f"pod {pod} failed instead of running; its container exited")
     said = failure.describe()[:900]
+    if FETCH_FAILED in failure.message:
+        return CheckError(f"pod {pod} cannot start: {said}; the node could not read the claim (its authorization)")
     if failure.reason == "FailedPrepareDynamicResources" or "CDI" in failure.message:
         return _fail(f"pod {pod} cannot start: {said}")
     return CheckError(f"pod {pod} cannot start: {said}; check the node's container runtime")

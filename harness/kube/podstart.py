@@ -29,10 +29,18 @@ class StartFailure:
     message: str
     from_events: bool = False
     """Read from an event: history, which a later retry may have overcome (a status is the current state)."""
+    attempts: int = 1
+    """How many times the node reported this reason (events count repeats): two or more means a retry failed too."""
 
     def describe(self) -> str:
         who = f"container {self.container}" if self.container else "the pod"
         return f"{who}: {self.reason}: {self.message}" if self.message else f"{who}: {self.reason}"
+
+
+def _event_count(event: JsonObj) -> int:
+    """A kubelet aggregates repeats of one event (``count``, or ``series.count`` in events.k8s.io)."""
+    count = event.get("count") or (event.get("series") or {}).get("count") or 1
+    return int(count) if isinstance(count, int) and count > 0 else 1
 
 
 def compute_start_failure(pod: JsonObj, *, events: Sequence[JsonObj] = ()) -> StartFailure | None:
@@ -59,7 +67,12 @@ def compute_start_failure(pod: JsonObj, *, events: Sequence[JsonObj] = ()) -> St
     warnings = [e for e in events if e.get("type") == "Warning" and e.get("reason") in START_FAILED_EVENTS]
     if warnings:
         last = sorted(warnings, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))[-1]
+        attempts = sum(_event_count(e) for e in warnings if e.get("reason") == last.get("reason"))
         return StartFailure(
-            container="", reason=str(last.get("reason")), message=str(last.get("message", "")), from_events=True
+            container="",
+            reason=str(last.get("reason")),
+            message=str(last.get("message", "")),
+            from_events=True,
+            attempts=attempts,
         )
     return None

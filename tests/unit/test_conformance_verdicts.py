@@ -72,6 +72,26 @@ def test_a_failed_prepare_event_is_the_reason_when_the_containers_say_nothing() 
     assert failure.message == "prepare failed: no such device"
 
 
+def test_a_failed_prepare_counts_the_nodes_attempts_across_aggregated_and_separate_events() -> None:
+    def failed(count: int, at: str) -> dict[str, object]:
+        return {
+            "type": "Warning",
+            "reason": "FailedPrepareDynamicResources",
+            "message": "x",
+            "count": count,
+            "lastTimestamp": at,
+        }
+
+    once = compute_start_failure({"status": {"phase": "Pending"}}, events=[failed(1, "2026-12-04T01:00:01Z")])
+    assert once is not None and once.attempts == 1  # one attempt: the retry may still overcome it
+    aggregated = compute_start_failure({"status": {}}, events=[failed(3, "2026-12-04T01:00:01Z")])
+    assert aggregated is not None and aggregated.attempts == 3  # a real kubelet counts repeats in one event
+    separate = compute_start_failure(
+        {"status": {}}, events=[failed(1, "2026-12-04T01:00:01Z"), failed(1, "2026-12-04T01:00:05Z")]
+    )
+    assert separate is not None and separate.attempts == 2  # the node emulator records one event per attempt
+
+
 @pytest.mark.parametrize(
     ("exc", "says"),
     [
