@@ -54,11 +54,10 @@ def _check_plain_name(name: str, *, what: str) -> None:
 
 
 def _target(*, cdi_dir: Path, file_name: str) -> Path:
+    # A plain name is a direct child of the directory; a symlink of that name is replaced or unlinked itself
+    # (rename and unlink never follow it), so no write or removal can land outside.
     _check_plain_name(file_name, what="spec file name")
-    target = cdi_dir / file_name
-    if target.resolve().parent != cdi_dir.resolve():
-        raise PathEscapeError(f"spec file {target} would be outside the CDI directory {cdi_dir}")
-    return target
+    return cdi_dir / file_name
 
 
 def _make_dirs(path: Path) -> None:
@@ -163,11 +162,14 @@ def _list_names(cdi_dir: Path) -> list[str]:
         raise WriteError(f"cannot list CDI directory {cdi_dir}: {exc}") from exc
 
 
-def remove_spec(*, cdi_dir: Path, file_name: str, sync: bool = True) -> bool:
-    """Remove ``cdi_dir/file_name`` and temp files a crashed write of it left; False if it was already gone."""
+def remove_spec(*, cdi_dir: Path, file_name: str, sync: bool = True, collect_temps: bool = True) -> bool:
+    """Remove ``cdi_dir/file_name`` and temp files a crashed write of it left; False if it was already gone.
+
+    ``collect_temps=False``: the caller collects temp files otherwise (at start-up), so the directory — whose size
+    grows with the claims held — is not listed."""
     target = _target(cdi_dir=cdi_dir, file_name=file_name)
     removed = _unlink(target)
-    for name in _list_names(cdi_dir):
+    for name in _list_names(cdi_dir) if collect_temps else ():
         if _temp_owner(name) == file_name:
             _unlink(cdi_dir / name)
     if removed and sync:

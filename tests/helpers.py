@@ -72,6 +72,26 @@ def node_slices(kube: KubeClient, node: str) -> list[JsonObj]:
     return kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={node}")
 
 
+def status_devices(claim: JsonObj) -> list[JsonObj]:
+    return list((claim.get("status") or {}).get("devices") or [])
+
+
+def wait_claim_status(
+    kube: KubeClient, name: str, *, namespace: str, present: bool = True, timeout: float = 15.0
+) -> JsonObj:
+    """The claim once its ``status.devices`` has entries (``present=False``: has none). Drivers write them after
+    answering prepare (fakedev's outbox does), so a reader right after a pod starts must wait for them."""
+    return wait_object(
+        kube,
+        RESOURCE_CLAIMS,
+        name,
+        namespace=namespace,
+        predicate=lambda c: bool(status_devices(c)) == present,
+        timeout=timeout,
+        what="status.devices written" if present else "status.devices cleared",
+    )
+
+
 def claim_ref(claim: JsonObj) -> ClaimRef:
     """How the kubelet names a claim in DRA calls."""
     m = claim["metadata"]

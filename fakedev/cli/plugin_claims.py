@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fakedev.driver.checkpoint import parse_checkpoint, prepared_device
+from fakedev.driver.checkpoint import parse_checkpoint_file, prepared_device
 from fakedev.errors import CheckpointError
 from harness.errors import VerifyError
 from harness.kubevirt.verify import PreparedClaim
@@ -14,7 +14,7 @@ from harness.kubevirt.verify import PreparedClaim
 def plugin_claims(data: bytes, source: str) -> Sequence[PreparedClaim]:
     """The claims a fakedev plugin's checkpoint records, with the devices (and CDI IDs) it prepared for them."""
     try:
-        records = parse_checkpoint(data, source=source)
+        records = parse_checkpoint_file(data, source=source).state.claims
     except CheckpointError as exc:
         raise VerifyError(str(exc)) from exc
     return [

@@ -71,7 +71,13 @@ def apply_prepare_plan(
         )
     crash.reached(CrashPoint.PREPARE_AFTER_CLAIM_SPEC)
     for f in plan.metadata_files:
-        atomic_write(f.path, f.data, sync=False, before_rename=crash.before_rename(CrashPoint.PREPARE_METADATA_TEMP))
+        atomic_write(
+            f.path,
+            f.data,
+            sync=False,
+            durable=plan.durable,
+            before_rename=crash.before_rename(CrashPoint.PREPARE_METADATA_TEMP),
+        )
         crash.reached(CrashPoint.PREPARE_AFTER_METADATA_FILE)
         cdi.write_spec(
             spec=f.spec.spec,
@@ -94,10 +100,15 @@ def write_base_spec(spec: SpecFile, *, cdi_dir: Path, sync: bool = True) -> None
 def apply_unprepare_plan(
     plan: UnpreparePlan, *, nic_netns: str | None, sysfs_root: Path | None, crash: CrashSwitch = UNARMED
 ) -> None:
+    # Temp files of writes a crash cut short are collected at start-up: no listing of the CDI directory here.
     for name in plan.claim_spec_files:
-        cdi.remove_spec(cdi_dir=plan.cdi_dir, file_name=name, sync=False)
+        cdi.remove_spec(cdi_dir=plan.cdi_dir, file_name=name, sync=False, collect_temps=False)
     crash.reached(CrashPoint.UNPREPARE_AFTER_CLAIM_SPEC)
-    cdi.remove_specs_with_prefix(cdi_dir=plan.cdi_dir, prefix=plan.metadata_spec_prefix, sync=False)
+    if plan.metadata_spec_files is not None:
+        for name in plan.metadata_spec_files:
+            cdi.remove_spec(cdi_dir=plan.cdi_dir, file_name=name, sync=False, collect_temps=False)
+    else:  # no record: whatever a prepare that died before recording wrote, found by the claim's prefix
+        cdi.remove_specs_with_prefix(cdi_dir=plan.cdi_dir, prefix=plan.metadata_spec_prefix, sync=False)
     crash.reached(CrashPoint.UNPREPARE_AFTER_METADATA_SPECS)
     if plan.metadata_dir is not None:
         shutil.rmtree(plan.metadata_dir, ignore_errors=True)

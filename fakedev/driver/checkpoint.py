@@ -1,4 +1,8 @@
-"""The plugin's checkpoint: which claims are prepared, with everything needed to undo them after a crash.
+"""The plugin's checkpoint: which claims are prepared, with everything needed to undo them after a crash, and
+which ``status.devices`` writes are still owed.
+
+Today's format is the journal ``fakedev.dra/checkpoint-v3`` (:mod:`fakedev.driver.journal` writes it; this module
+renders, parses and folds its lines). Older files load and are rewritten as a journal:
 
 Format ``fakedev.dra/checkpoint-v2``: ``{"version", "checksum", "claims"}`` where ``checksum`` is the SHA-256 of the
 canonical JSON of ``claims``. A file that fails to parse, has an unknown version or a wrong checksum stops the plugin
@@ -15,16 +19,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, TypedDict
+from typing import Any, Final, Literal, TypedDict
 
-from fakedev.driver.fsutil import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, BeforeRename, atomic_write
+from fakedev.driver.fsutil import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, atomic_write
 from fakedev.errors import CheckpointError
 from fakedev.nics.plan import NicAssignment, PreparedNic
 from kubeletapi.types import PreparedDevice
 
+VERSION_V3: Final = "fakedev.dra/checkpoint-v3"
 VERSION: Final = "fakedev.dra/checkpoint-v2"
 VERSION_V1: Final = "fakedev.dra/checkpoint-v1"
 _V1_ONLY_FIELDS: Final = ("state", "statusApplied")
@@ -114,6 +120,165 @@ def _from_v1(claims: Mapping[str, Any], *, source: str) -> dict[str, ClaimRecord
     return out
 
 
+class StatusOwed(TypedDict):
+    """A ``status.devices`` write the driver owes a claim (``devices`` empty: clear ours), until it is sent."""
+
+    uid: str
+    namespace: str
+    name: str
+    devices: list[dict[str, Any]]
+    token: str
+    """Tells this write from a later one of the same claim: only its own ``sent`` entry settles it."""
+
+
+class PutEntry(TypedDict):
+    op: Literal["put"]
+    record: ClaimRecord
+
+
+class DelEntry(TypedDict):
+    op: Literal["del"]
+    uid: str
+
+
+class OweEntry(TypedDict):
+    op: Literal["owe"]
+    status: StatusOwed
+
+
+class SentEntry(TypedDict):
+    op: Literal["sent"]
+    uid: str
+    token: str
+
+
+JournalEntry = PutEntry | DelEntry | OweEntry | SentEntry
+
+
+@dataclass(frozen=True, kw_only=True)
+class JournalState:
+    """The journal folded: prepared claims by UID, and the status writes owed by UID (at most one each)."""
+
+    claims: Mapping[str, ClaimRecord] = field(default_factory=dict)
+    owed: Mapping[str, StatusOwed] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParsedFile:
+    state: JournalState
+    lines: int
+    """Entry lines of a v3 journal (0 for older formats)."""
+    needs_rewrite: bool
+    """An older format, a missing file, or a torn tail: the file must be rewritten before anything is appended."""
+
+
+JOURNAL_HEADER: Final = b'{"version":"%s"}\n' % VERSION_V3.encode()
+
+
+def put_entry(record: ClaimRecord) -> PutEntry:
+    return {"op": "put", "record": record}
+
+
+def del_entry(uid: str) -> DelEntry:
+    return {"op": "del", "uid": uid}
+
+
+def owe_entry(status: StatusOwed) -> OweEntry:
+    return {"op": "owe", "status": status}
+
+
+def sent_entry(*, uid: str, token: str) -> SentEntry:
+    return {"op": "sent", "uid": uid, "token": token}
+
+
+def render_entry(entry: JournalEntry) -> bytes:
+    body = json.dumps(entry, sort_keys=True, separators=(",", ":")).encode()
+    return b"%08x %s\n" % (zlib.crc32(body), body)
+
+
+def fold_entries(state: JournalState, entries: Sequence[JournalEntry]) -> JournalState:
+    """The state after ``entries`` (pure; new mappings, so readers of the old state are never disturbed).
+
+    ``del`` forgets a claim and any write owed to it (an ``owe`` after it in the same batch owes the clear)."""
+    claims, owed = dict(state.claims), dict(state.owed)
+    for e in entries:
+        if e["op"] == "put":
+            claims[e["record"]["uid"]] = e["record"]
+        elif e["op"] == "del":
+            claims.pop(e["uid"], None)
+            owed.pop(e["uid"], None)
+        elif e["op"] == "owe":
+            owed[e["status"]["uid"]] = e["status"]
+        elif e["op"] == "sent" and (current := owed.get(e["uid"])) is not None and current["token"] == e["token"]:
+            del owed[e["uid"]]
+    return JournalState(claims=claims, owed=owed)
+
+
+def render_journal(state: JournalState) -> bytes:
+    """A fresh journal holding exactly ``state`` (what compaction writes)."""
+    entries: list[JournalEntry] = [put_entry(r) for _, r in sorted(state.claims.items())]
+    entries += [owe_entry(o) for _, o in sorted(state.owed.items())]
+    return JOURNAL_HEADER + b"".join(render_entry(e) for e in entries)
+
+
+def _parse_entry_line(line: bytes) -> JournalEntry | None:
+    """A line's entry, or None when the line is torn or garbled (a bad checksum, bad JSON, an unknown op)."""
+    crc, space, body = line.partition(b" ")
+    if not space or len(crc) != 8:
+        return None
+    try:
+        if int(crc, 16) != zlib.crc32(body):
+            return None
+        entry = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(entry, dict) or entry.get("op") not in ("put", "del", "owe", "sent"):
+        return None
+    return entry  # type: ignore[return-value]  # checksummed JSON of our own rendering
+
+
+def parse_journal(data: bytes, *, source: str) -> ParsedFile:
+    """A v3 journal: every good line folded; a bad tail (a batch cut short) dropped; a bad line followed by a good
+    one is corruption (CheckpointError)."""
+    header, _, rest = data.partition(b"\n")
+    if header + b"\n" != JOURNAL_HEADER:
+        raise CheckpointError(f"{source}: not a {VERSION_V3} journal header; kept for inspection")
+    entries: list[JournalEntry] = []
+    bad_at: int | None = None
+    lines = rest.split(b"\n")
+    torn = lines[-1] != b""  # the last batch's final newline never reached the disk
+    if not torn:
+        lines.pop()
+    for number, line in enumerate(lines, start=2):
+        entry = _parse_entry_line(line) if line else None
+        if entry is None:
+            bad_at = number if bad_at is None else bad_at
+            continue
+        if bad_at is not None:
+            raise CheckpointError(
+                f"{source}:{bad_at}: damaged journal line before good ones — the file is corrupt; kept for "
+                "inspection, the plugin will not start"
+            )
+        entries.append(entry)
+    state = fold_entries(JournalState(), entries)
+    _check_records(state.claims, source=source)
+    return ParsedFile(state=state, lines=len(entries), needs_rewrite=torn or bad_at is not None)
+
+
+def _check_records(claims: Mapping[str, Any], *, source: str) -> None:
+    for uid, record in claims.items():
+        if not isinstance(record, dict) or record.get("uid") != uid:
+            raise CheckpointError(f"{source}: claims.{uid}: not a claim record; kept for inspection")
+
+
+def parse_checkpoint_file(data: bytes, *, source: str) -> ParsedFile:
+    """Any checkpoint this plugin ever wrote: a v3 journal, or a v2 or v1 document (their claims, to be rewritten
+    as a journal). An empty file is no checkpoint of ours (every one starts with its version): CheckpointError."""
+    if data.startswith(JOURNAL_HEADER):
+        return parse_journal(data, source=source)
+    return ParsedFile(state=JournalState(claims=parse_checkpoint(data, source=source)), lines=0, needs_rewrite=True)
+
+
 def nic_record(nic: PreparedNic) -> NicRecord:
     a = nic.assignment
     return {
@@ -155,21 +320,28 @@ def prepared_device(record: DeviceRecord) -> PreparedDevice:
 
 @dataclass(frozen=True, kw_only=True)
 class Checkpoint:
+    """Read-only access for tools (torture, soak, ``fakedev plugin claims``); the plugin writes through
+    :class:`~fakedev.driver.journal.ClaimJournal`."""
+
     path: Path
 
-    def load(self) -> dict[str, ClaimRecord]:
-        """The recorded claims; an absent file means none."""
+    def read(self) -> JournalState:
+        """The recorded claims and owed status writes; an absent file means none."""
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
-            return {}
-        return parse_checkpoint(data, source=str(self.path))
+            return JournalState()
+        return parse_checkpoint_file(data, source=str(self.path)).state
 
-    def save(self, claims: dict[str, ClaimRecord], *, before_rename: BeforeRename | None = None) -> None:
+    def load(self) -> dict[str, ClaimRecord]:
+        """The recorded claims; an absent file means none."""
+        return dict(self.read().claims)
+
+    def save(self, claims: Mapping[str, ClaimRecord]) -> None:
+        """Replace the file with a journal of exactly ``claims`` (tools and tests; never while a plugin runs)."""
         atomic_write(
             self.path,
-            render_checkpoint(claims),
+            render_journal(JournalState(claims=dict(claims))),
             mode=PRIVATE_FILE_MODE,
             dir_mode=PRIVATE_DIR_MODE,
-            before_rename=before_rename,
         )

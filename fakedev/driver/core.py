@@ -1,9 +1,14 @@
-"""The asynchronous face of the driver: serializes prepare/unprepare and runs the blocking work off the event loop.
+"""The asynchronous face of the driver: one claim's calls in order, different claims' at the same time.
 
-Calls are serialized within the process (an asyncio lock) and across processes (``flock`` on ``serialize.lock``) so
-two instances during a rolling update never prepare at the same time — except a prepare of claims already held with
-their files in place, which only reads and is answered at once. Loading the state at start-up takes the same
-lock: it collects the temp files of writes a crash cut short, and must not take those of a live instance's write.
+Each claim has its own lock while a call works on it (a call naming several claims takes theirs in UID order, so
+two calls never wait on each other in a circle); calls on different claims run side by side in threads, and their
+checkpoint records share one fsync (:mod:`fakedev.driver.journal`). A claim's calls take its lock in the order they
+arrive. A prepare of claims already held with their files in place only reads: it needs no lock but its claims'.
+
+Across processes — the two instances of a rolling update — only two things must stay serialized, and only they
+are: appends to the checkpoint journal (its own ``flock``), and start-up, which collects the temp files of writes a
+crash cut short and must not take those of a live instance's write in progress. Calls hold ``serialize.lock``
+shared; loading the state holds it exclusive.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import asyncio
 import contextlib
 import fcntl
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,39 +28,71 @@ from kubeletapi.types import ClaimRef, PrepareResult
 
 
 @contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
+def _file_lock(path: Path, *, shared: bool) -> Iterator[None]:
     make_dirs(path.parent, mode=PRIVATE_DIR_MODE)
     fd = open_lock_file(path)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield
     finally:
-        os.close(fd)
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 @dataclass(kw_only=True)
-class SerializedDriver:
+class ClaimLocks:
+    """Mutable on purpose: an asyncio lock per claim UID while anyone holds or waits for it."""
+
+    _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    _users: dict[str, int] = field(default_factory=dict)
+
+    @contextlib.asynccontextmanager
+    async def hold(self, uids: Sequence[str]) -> AsyncIterator[None]:
+        ordered = sorted(set(uids))
+        for uid in ordered:
+            self._users[uid] = self._users.get(uid, 0) + 1
+            self._locks.setdefault(uid, asyncio.Lock())
+        taken: list[asyncio.Lock] = []
+        try:
+            for uid in ordered:
+                lock = self._locks[uid]
+                await lock.acquire()
+                taken.append(lock)
+            yield
+        finally:
+            for lock in taken:
+                lock.release()
+            for uid in ordered:
+                self._users[uid] -= 1
+                if not self._users[uid]:  # nobody holds or waits: forget it, so the map stays as small as the work
+                    del self._users[uid], self._locks[uid]
+
+    def held(self) -> int:
+        return len(self._locks)
+
+
+@dataclass(kw_only=True)
+class ConcurrentDriver:
     state: ClaimState
     lock_path: Path
     faults: Faults = field(default_factory=Faults)
-    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    locks: ClaimLocks = field(default_factory=ClaimLocks)
 
     def load(self) -> list[Path]:
-        """Load the state under the instances' lock (blocking); returns the temp files collected."""
-        with _file_lock(self.lock_path):
+        """Load the state with the instances' lock held exclusive (blocking); returns the temp files collected."""
+        with _file_lock(self.lock_path, shared=False):
             return self.state.load()
 
+    def close(self) -> None:
+        self.state.close()
+
     def _prepare_all(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
-        with _file_lock(self.lock_path):
+        with _file_lock(self.lock_path, shared=True):
             if (error := self.faults.prepare.apply()) is not None:
                 return {c.uid: PrepareResult(error=error) for c in claims}
             return {c.uid: self.state.prepare(c) for c in claims}
 
     def _unprepare_all(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
-        with _file_lock(self.lock_path):
+        with _file_lock(self.lock_path, shared=True):
             if (error := self.faults.unprepare.apply()) is not None:
                 return {c.uid: error for c in claims}
             return {c.uid: self.state.unprepare(c) for c in claims}
@@ -70,14 +107,13 @@ class SerializedDriver:
         return {uid: a for uid, a in answers.items() if a is not None}
 
     async def prepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]:
-        # Claims already held are answered without waiting for the lock: a prepare that needs the API — which hangs
-        # for as long as etcd is down — must not hold up the answers a restarted kubelet asks for, which need
-        # neither the API nor a write.
-        if (held := await asyncio.to_thread(self._answer_held, claims)) is not None:
-            return held
-        async with self._lock:
+        async with self.locks.hold([c.uid for c in claims]):
+            # Claims already held are answered without the instances' lock: a start-up (another instance's) must
+            # not hold up the answers a restarted kubelet asks for, which need neither the API nor a write.
+            if (held := await asyncio.to_thread(self._answer_held, claims)) is not None:
+                return held
             return await asyncio.to_thread(self._prepare_all, claims)
 
     async def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, str]:
-        async with self._lock:
+        async with self.locks.hold([c.uid for c in claims]):
             return await asyncio.to_thread(self._unprepare_all, claims)

@@ -4,7 +4,8 @@
 it (default the first), it logs the point and kills itself with SIGKILL — no clean-up, no flush, exactly what a
 ``kill -9`` or a power cut at that instant leaves. ``fakedev torture`` arms them to prove that every such instant is
 recovered from. The points sit between the steps whose order matters for crash safety: each file written (and each
-temp file written but not yet renamed), the status write, the checkpoint. Unset, the switch costs a comparison.
+temp file written but not yet renamed), the checkpoint journal's append, the status write after the answer.
+Unset, the switch costs a comparison.
 """
 
 from __future__ import annotations
@@ -44,8 +45,10 @@ class CrashPoint(StrEnum):
     PREPARE_BEFORE_STATUS = "prepare-before-status"
     PREPARE_AFTER_STATUS = "prepare-after-status"
     PREPARE_BEFORE_CHECKPOINT = "prepare-before-checkpoint"
+    CHECKPOINT_APPEND = "checkpoint-append"
+    """A batch of journal lines is written, not synced yet (prepares, unprepares and status writes pass it)."""
     CHECKPOINT_TEMP = "checkpoint-temp"
-    """The new checkpoint is in its temp file, not renamed yet (prepare and unprepare both pass it)."""
+    """The compacted journal is in its temp file, not renamed yet (passed only when a commit compacts)."""
     PREPARE_AFTER_CHECKPOINT = "prepare-after-checkpoint"
     UNPREPARE_AFTER_CLAIM_SPEC = "unprepare-after-claim-spec"
     UNPREPARE_AFTER_METADATA_SPECS = "unprepare-after-metadata-specs"

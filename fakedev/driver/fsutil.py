@@ -29,6 +29,9 @@ TEMP_SUFFIX: Final = ".tmp"
 _TEMP_RANDOM: Final = re.compile(r"^[A-Za-z0-9_]+$")
 """What ``mkstemp`` puts between prefix and suffix."""
 
+VOLATILE_FS_TYPES: Final = frozenset({"tmpfs", "ramfs"})
+"""File systems a power cut empties (a node's /var/run/cdi is one)."""
+
 BeforeRename = Callable[[Path], None]
 """Called with the temp file once it is written and fsynced, before the rename (crash points use it)."""
 
@@ -78,12 +81,14 @@ def atomic_write(
     mode: int = FILE_MODE,
     dir_mode: int = DIR_MODE,
     sync: bool = True,
+    durable: bool = True,
     before_rename: BeforeRename | None = None,
 ) -> None:
     """Replace ``path`` with ``data`` so a crash leaves either the old or the new file, never a torn one.
 
     Missing parent directories are made with ``dir_mode``. ``sync=False``: the caller fsyncs the directory once
-    after several writes (:func:`fsync_dir`)."""
+    after several writes (:func:`fsync_dir`). ``durable=False``: no fsync at all — for files whose loss in a power
+    cut is noticed and repaired (a process crash cannot tear them either way: the rename is atomic)."""
     make_dirs(path.parent, mode=dir_mode)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
     tmp = Path(tmp_name)
@@ -92,15 +97,40 @@ def atomic_write(
             f.write(data)
             f.flush()
             os.fchmod(f.fileno(), mode)
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         if before_rename is not None:
             before_rename(tmp)
         tmp.replace(path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    if sync:
+    if sync and durable:
         fsync_dir(path.parent)
+
+
+def compute_fs_type(mountinfo: str, *, path: str) -> str:
+    """The type of the file system holding ``path`` (absolute, resolved), from ``/proc/self/mountinfo`` (pure):
+    the mount with the longest mount point that contains it; "" when none does."""
+    best, found = -1, ""
+    for line in mountinfo.splitlines():
+        fields = line.split(" ")
+        if "-" not in fields[6:] or len(fields) < 5:
+            continue
+        point = fields[4].encode().decode("unicode_escape")  # mountinfo escapes spaces and such as \040
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and len(point) > best:
+            best, found = len(point), fields[fields.index("-", 6) + 1]
+    return found
+
+
+def is_volatile_dir(path: Path) -> bool:
+    """Whether ``path`` lives on a file system a power cut empties (tmpfs, ramfs)."""
+    try:
+        mountinfo = Path("/proc/self/mountinfo").read_text()
+    except OSError:
+        return False  # cannot tell: treat as durable, which only costs fsyncs
+    return compute_fs_type(mountinfo, path=str(path.resolve())) in VOLATILE_FS_TYPES
 
 
 def temp_file_target(name: str) -> str | None:

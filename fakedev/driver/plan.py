@@ -40,6 +40,9 @@ class PrepareDirs:
     cdi_dir: Path
     dev_root: Path
     metadata_root: Path
+    durable: bool = True
+    """False when the CDI directory is volatile (tmpfs, as /var/run/cdi on a node): a power cut wipes every spec,
+    so every claim is prepared again and the files a prepare writes need no fsync (the journal still has one)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,6 +77,8 @@ class PreparePlan:
     claim_spec: SpecFile | None
     """None: a base spec holds every edit the claim's devices get."""
     metadata_files: tuple[MetadataFile, ...]
+    durable: bool
+    """Whether the files are fsynced (see :attr:`PrepareDirs.durable`)."""
     sync_dirs: tuple[Path, ...]
     """fsynced once after every file is written (one journal commit makes every rename durable)."""
     status_devices: tuple[dict[str, Any], ...]
@@ -100,6 +105,8 @@ class UnpreparePlan:
     claim_spec_files: tuple[str, ...]
     """Every name the claim's spec may have (any release: one prepared before an upgrade is found too)."""
     metadata_spec_prefix: str
+    metadata_spec_files: tuple[str, ...] | None
+    """The recorded claim's metadata specs by name; None (no record): found by ``metadata_spec_prefix``."""
     cdi_dir: Path
     metadata_dir: Path | None
     """The claim's own metadata directory; None: its record names none."""
@@ -347,7 +354,12 @@ def compute_prepare_plan(
         base_spec=base_spec,
         claim_spec=claim_spec,
         metadata_files=tuple(metadata_files),
-        sync_dirs=(dirs.cdi_dir, *(f.path.parent for f in metadata_files), claim_dir, dirs.metadata_root),
+        durable=dirs.durable,
+        sync_dirs=(
+            (dirs.cdi_dir, *(f.path.parent for f in metadata_files), claim_dir, dirs.metadata_root)
+            if dirs.durable
+            else ()
+        ),
         status_devices=tuple(status),
         prepared=tuple(prepared_device(r) for r in records),
         record=record,
@@ -400,10 +412,11 @@ def compute_unprepare_plan(
         uid=uid,
         claim_spec_files=cdi_layout.claim_spec_files(driver=driver, claim_uid=uid),
         metadata_spec_prefix=metadata.metadata_spec_prefix(driver=driver, claim_uid=uid),
+        metadata_spec_files=tuple(record["cdiSpecFiles"]) if record else None,
         cdi_dir=dirs.cdi_dir,
         metadata_dir=metadata_dir,
         legacy_metadata_dir=legacy,
-        sync_dirs=(dirs.cdi_dir, dirs.metadata_root),
+        sync_dirs=(dirs.cdi_dir, dirs.metadata_root) if dirs.durable else (),
         mdevs=tuple(record["mdevs"]) if record else (),
         nics=tuple(prepared_nic(n) for n in record["nics"]) if record else (),
         stray_nics=()

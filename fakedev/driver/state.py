@@ -1,7 +1,10 @@
 """Prepare and unprepare claims: the order of reading the claim, planning, doing, writing status, recording.
 
-A prepare reads the claim, computes its plan (:mod:`fakedev.driver.plan`, pure), writes ``status.devices`` while
-the plan is carried out on the node (:mod:`fakedev.driver.apply`), and records the claim in the checkpoint last.
+A prepare reads the claim, computes its plan (:mod:`fakedev.driver.plan`, pure), carries it out on the node
+(:mod:`fakedev.driver.apply`), and records the claim in the checkpoint journal last, together with the
+``status.devices`` write it owes; that write goes out after the answer (:mod:`fakedev.driver.status_outbox`).
+Prepares of different claims run at the same time; the caller (:mod:`fakedev.driver.core`) keeps one claim's calls
+in order.
 
 Crash safety without a two-phase checkpoint: every file a claim gets is named from its UID (CDI specs, and the
 metadata directory ``<namespace>_<name>_<uid>``), and every NIC it configures gets a MAC derived from its UID, so
@@ -18,19 +21,26 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
 
 import cdi
 from fakedev.driver import cdi_layout, metadata
 from fakedev.driver.apply import apply_prepare_plan, apply_unprepare_plan, write_base_spec
 from fakedev.driver.cdi_layout import CdiLayout
-from fakedev.driver.checkpoint import Checkpoint, ClaimRecord, prepared_device, prepared_nic
+from fakedev.driver.checkpoint import (
+    ClaimRecord,
+    JournalEntry,
+    del_entry,
+    owe_entry,
+    prepared_device,
+    prepared_nic,
+    put_entry,
+)
 from fakedev.driver.claims import check_claim_ref, compute_claim_plan
 from fakedev.driver.crash import CrashPoint, CrashSwitch
 from fakedev.driver.fsutil import DIR_MODE, PRIVATE_DIR_MODE, make_dirs, remove_temp_files
+from fakedev.driver.journal import ClaimJournal
 from fakedev.driver.plan import (
     PrepareDirs,
     SpecFile,
@@ -40,6 +50,7 @@ from fakedev.driver.plan import (
     compute_recorded_files,
     compute_unprepare_plan,
 )
+from fakedev.driver.status_outbox import StatusOutbox, owed_status
 from fakedev.errors import ClaimError, KubeApiError
 from fakedev.kube import DriverApi
 from fakedev.nics.plan import HostNic
@@ -52,9 +63,6 @@ log = logging.getLogger("fakedev.driver.state")
 Lookup = Callable[[str, str], PublishedDevice | None]
 """(pool, device) → what this node publishes, or None."""
 
-_STATUS_WRITER: Final = ThreadPoolExecutor(max_workers=4, thread_name_prefix="claim-status")
-"""Claim status writes run here, overlapping the node-side work of the same prepare or unprepare."""
-
 
 @dataclass(frozen=True, kw_only=True)
 class StatePaths:
@@ -66,6 +74,8 @@ class StatePaths:
     checkpoint: Path
     sysfs_root: Path | None = None
     """The node's fake /sys (vGPU prepare creates its mdev there); None: no sysfs to maintain."""
+    durable: bool = True
+    """False: the CDI directory is volatile, so a claim's files need no fsync (:attr:`PrepareDirs.durable`)."""
 
     @property
     def metadata_root(self) -> Path:
@@ -73,7 +83,9 @@ class StatePaths:
 
     @property
     def dirs(self) -> PrepareDirs:
-        return PrepareDirs(cdi_dir=self.cdi_dir, dev_root=self.dev_root, metadata_root=self.metadata_root)
+        return PrepareDirs(
+            cdi_dir=self.cdi_dir, dev_root=self.dev_root, metadata_root=self.metadata_root, durable=self.durable
+        )
 
 
 @dataclass(kw_only=True)
@@ -97,13 +109,23 @@ class ClaimState:
     crash: CrashSwitch = field(default_factory=CrashSwitch)
     """Unarmed unless the torture tool asked for a crash point (``FAKEDEV_CRASH_AT``)."""
     writes_device_status: bool = True
-    """Whether prepare writes ``status.devices`` (no NVIDIA release does; unprepare still clears ours, which an
-    older fakedev may have written)."""
-    claims: dict[str, ClaimRecord] = field(default_factory=dict)
+    """Whether prepare writes ``status.devices`` (no NVIDIA release does)."""
+    journal: ClaimJournal = field(init=False)
+    outbox: StatusOutbox | None = field(init=False)
+    """None without an API server (nothing to write to)."""
+
+    def __post_init__(self) -> None:
+        self.journal = ClaimJournal(
+            path=self.paths.checkpoint,
+            before_compact_rename=self.crash.before_rename(CrashPoint.CHECKPOINT_TEMP),
+            before_sync=lambda: self.crash.reached(CrashPoint.CHECKPOINT_APPEND),
+        )
+        self.outbox = StatusOutbox(journal=self.journal, api=self.api, crash=self.crash) if self.api else None
 
     @property
-    def checkpoint(self) -> Checkpoint:
-        return Checkpoint(path=self.paths.checkpoint)
+    def claims(self) -> Mapping[str, ClaimRecord]:
+        """The prepared claims as recorded (a snapshot: it is replaced, never changed, by each journal commit)."""
+        return self.journal.state.claims
 
     def load(self) -> list[Path]:
         """Rebuild state from the checkpoint (a corrupt one raises CheckpointError: the plugin must not start),
@@ -114,11 +136,19 @@ class ClaimState:
         make_dirs(self.paths.checkpoint.parent, mode=PRIVATE_DIR_MODE)
         for directory in (self.paths.cdi_dir, self.paths.metadata_root, self.paths.dev_root):
             make_dirs(directory, mode=DIR_MODE)
-        self.claims = self.checkpoint.load()
+        self.journal.open()
         removed = self.collect_temp_files()
         if self.base_spec is not None:
             write_base_spec(self.base_spec, cdi_dir=self.paths.cdi_dir)
+        if self.outbox is not None:
+            self.outbox.start()  # first the writes a previous process owed and did not send
         return removed
+
+    def close(self) -> None:
+        """Stop the status writers (what they owe stays in the journal) and close the journal."""
+        if self.outbox is not None:
+            self.outbox.stop()
+        self.journal.close()
 
     def collect_temp_files(self) -> list[Path]:
         """Remove our own writes' temp files, and only in our own directories: spec temp files of this driver's
@@ -179,6 +209,8 @@ class ClaimState:
             return tuple(prepared_device(d) for d in known["devices"])
         if self.api is None:
             raise ClaimError(f"no API server configured; cannot read claim {ref.namespace}/{ref.name}")
+        # Read fresh, never from a watch cache: the kubelet names only namespace, name and UID, a reallocated claim
+        # keeps its UID, and a cache that has not caught up cannot be told from one that has without a round trip.
         claim = self.api.get_claim(namespace=ref.namespace, name=ref.name)
         claim_plan = compute_claim_plan(claim, uid=ref.uid, driver=self.driver, node_name=self.node_name)
         published = [self._published(d.pool, d.device, request=d.request) for d in claim_plan.devices]
@@ -205,41 +237,18 @@ class ClaimState:
             generation=(known["metadataGeneration"] if known else 0) + 1,
             now=render_time(),
         )
-        # The status write (an API round trip) overlaps the node-side work (netlink, files, fsyncs); both must
-        # succeed before the claim is recorded, and either failing fails the prepare, which the kubelet retries.
-        status = _STATUS_WRITER.submit(
-            self._write_status,
-            api=self.api,
-            ref=ref,
-            devices=list(plan.status_devices) if self.writes_device_status else None,
-            points=(CrashPoint.PREPARE_BEFORE_STATUS, CrashPoint.PREPARE_AFTER_STATUS),
-        )
-        try:
-            apply_prepare_plan(plan, nic_netns=self.nic_netns, sysfs_root=self.paths.sysfs_root, crash=self.crash)
-        finally:
-            status_error = status.exception()
-        if status_error is not None:
-            raise status_error
-        self.claims[ref.uid] = plan.record
+        apply_prepare_plan(plan, nic_netns=self.nic_netns, sysfs_root=self.paths.sysfs_root, crash=self.crash)
+        entries: list[JournalEntry] = [put_entry(plan.record)]
+        owed = None
+        if self.writes_device_status and self.outbox is not None:
+            owed = owed_status(uid=ref.uid, namespace=ref.namespace, name=ref.name, devices=list(plan.status_devices))
+            entries.append(owe_entry(owed))
         self.crash.reached(CrashPoint.PREPARE_BEFORE_CHECKPOINT)
-        self.checkpoint.save(self.claims, before_rename=self.crash.before_rename(CrashPoint.CHECKPOINT_TEMP))
+        self.journal.commit(entries)
         self.crash.reached(CrashPoint.PREPARE_AFTER_CHECKPOINT)
+        if owed is not None and self.outbox is not None:
+            self.outbox.owe(owed)  # written after the answer; owed in the journal until it is through
         return plan.prepared
-
-    def _write_status(
-        self,
-        *,
-        api: DriverApi,
-        ref: ClaimRef,
-        devices: list[dict[str, Any]] | None,
-        points: tuple[CrashPoint, CrashPoint],
-    ) -> None:
-        """Apply our ``status.devices`` entries (``[]`` clears them; None: this driver writes none, so no call)."""
-        before, after = points
-        self.crash.reached(before)
-        if devices is not None:
-            api.apply_claim_status(namespace=ref.namespace, name=ref.name, uid=ref.uid, devices=devices)
-        self.crash.reached(after)
 
     def _published(self, pool: str, device: str, *, request: str) -> PublishedDevice:
         found = self.lookup(pool, device)
@@ -274,30 +283,19 @@ class ClaimState:
             dirs=self.paths.dirs,
             node_nics=self.node_nics,
         )
-        # Clearing our status entries overlaps the node-side clean-up, as in prepare.
-        status = (
-            _STATUS_WRITER.submit(
-                self._write_status,
-                api=self.api,
-                ref=ref,
-                devices=[],
-                points=(CrashPoint.UNPREPARE_BEFORE_STATUS, CrashPoint.UNPREPARE_AFTER_STATUS),
-            )
-            if self.api is not None
-            else None
-        )
-        try:
-            apply_unprepare_plan(plan, nic_netns=self.nic_netns, sysfs_root=self.paths.sysfs_root, crash=self.crash)
-        finally:
-            status_error = status.exception() if status is not None else None
-        if isinstance(status_error, KubeApiError):
-            # Gone, re-created or unreachable: deallocation clears status.devices anyway, so this is not fatal.
-            log.info("claim status not cleared", extra={"fields": {"claim": ref.uid, "reason": str(status_error)}})
-        elif status_error is not None:
-            raise status_error
-        if record is not None:
-            del self.claims[ref.uid]
-            self.crash.reached(CrashPoint.UNPREPARE_BEFORE_CHECKPOINT)
-            self.checkpoint.save(self.claims, before_rename=self.crash.before_rename(CrashPoint.CHECKPOINT_TEMP))
-            self.crash.reached(CrashPoint.UNPREPARE_AFTER_CHECKPOINT)
+        apply_unprepare_plan(plan, nic_netns=self.nic_netns, sysfs_root=self.paths.sysfs_root, crash=self.crash)
+        if record is None:
+            return ""  # nothing recorded, so no status of ours was ever owed: no journal entry, no API call
+        # A status write not yet sent is withdrawn (no API call); one that may be in the claim is cleared later.
+        withdrawn = self.outbox.withdraw(ref.uid) if self.outbox is not None else True
+        entries: list[JournalEntry] = [del_entry(ref.uid)]
+        clear = None
+        if self.writes_device_status and self.outbox is not None and not withdrawn:
+            clear = owed_status(uid=ref.uid, namespace=ref.namespace, name=ref.name, devices=[])
+            entries.append(owe_entry(clear))
+        self.crash.reached(CrashPoint.UNPREPARE_BEFORE_CHECKPOINT)
+        self.journal.commit(entries)
+        self.crash.reached(CrashPoint.UNPREPARE_AFTER_CHECKPOINT)
+        if clear is not None and self.outbox is not None:
+            self.outbox.owe(clear)
         return ""

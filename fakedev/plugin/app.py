@@ -21,9 +21,9 @@ from typing import Final
 
 from fakedev.driver.binding import compute_binding_updates
 from fakedev.driver.cdi_layout import cdi_layout_for
-from fakedev.driver.core import SerializedDriver
+from fakedev.driver.core import ConcurrentDriver
 from fakedev.driver.crash import CrashAt, CrashSwitch
-from fakedev.driver.fsutil import PRIVATE_DIR_MODE, make_dirs
+from fakedev.driver.fsutil import PRIVATE_DIR_MODE, is_volatile_dir, make_dirs
 from fakedev.driver.plan import compute_base_spec
 from fakedev.driver.state import ClaimState, StatePaths
 from fakedev.errors import KubeApiError, ProfileError
@@ -205,6 +205,7 @@ class PluginApp:
                 dev_root=data_dir / "dev",
                 checkpoint=data_dir / "checkpoint.json",
                 sysfs_root=sysfs_root,
+                durable=not is_volatile_dir(s.cdi_dir),
             ),
             layout=layout,
             base_spec=compute_base_spec(
@@ -221,7 +222,7 @@ class PluginApp:
             writes_device_status=schema != Schema.NVIDIA,
         )
         faults = Faults()
-        core = SerializedDriver(state=state, lock_path=paths.serialize_lock, faults=faults)
+        core = ConcurrentDriver(state=state, lock_path=paths.serialize_lock, faults=faults)
         if s.crash_at is not None:
             log.warning("crash point armed", extra={"fields": {"point": s.crash_at.render()}})
         await asyncio.to_thread(core.load)
@@ -395,6 +396,7 @@ class PluginApp:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.server.stop()
+        await asyncio.to_thread(self.state.close)  # status writes still owed stay in the journal for the next start
 
 
 def render_status(
@@ -417,6 +419,7 @@ def render_status(
         "sliceGeneration": publisher.generation if publisher else 0,
         "healthSubscribers": devices.health.subscribers,
         "udevEvents": udev.events if udev else 0,
+        "statusOwed": state.outbox.pending() if state.outbox is not None else 0,
     }
 
 

@@ -334,6 +334,8 @@ class StatusBody(TypedDict):
     sliceGeneration: int
     healthSubscribers: int
     udevEvents: int
+    statusOwed: int
+    """``status.devices`` writes owed to claims and not yet through (the outbox's backlog)."""
 
 
 class StatusReply(StatusBody):

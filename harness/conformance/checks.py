@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import os
 import time
@@ -37,6 +38,8 @@ EVENT_PATIENCE: Final = 30.0
 """How long a prepare failure the node reported once may wait for its retry (a kubelet backs off 10–15 s)."""
 FETCH_FAILED: Final = "fetch ResourceClaim"
 """The kubelet's words when it could not read the claim itself: not the driver's doing."""
+STATUS_GRACE: Final = 5.0
+"""How long after a successful prepare the driver's status.devices entries may take to appear."""
 METADATA_VERSIONS: Final = ("metadata.resource.k8s.io/v1beta1", "metadata.resource.k8s.io/v1alpha1")
 
 
@@ -301,14 +304,27 @@ def check_metadata(ctx: ConformanceContext) -> None:
     ctx.unprepare([ref])
 
 
+def _own_status_entries(claim: JsonObj, *, driver: str) -> list[JsonObj]:
+    return [e for e in (claim.get("status") or {}).get("devices") or [] if e.get("driver") == driver]
+
+
 def check_status(ctx: ConformanceContext) -> None:
     claim = ctx.allocated_claim()
     ref, _ = _prepared_ok(ctx, claim)
-    stored = ctx.client.get(RESOURCE_CLAIMS, ref.name, namespace=ref.namespace)
-    entries = [e for e in (stored.get("status") or {}).get("devices") or [] if e.get("driver") == ctx.driver_name]
+    # A driver may write status.devices after answering (fakedev does, off the reply's critical path): wait a little.
+    stored: JsonObj = {}
+
+    def written() -> bool:
+        nonlocal stored
+        stored = ctx.client.get(RESOURCE_CLAIMS, ref.name, namespace=ref.namespace)
+        return bool(_own_status_entries(stored, driver=ctx.driver_name))
+
+    with contextlib.suppress(NotReadyError):
+        wait_for(written, timeout=STATUS_GRACE, what="status.devices")
+    entries = _own_status_entries(stored, driver=ctx.driver_name)
     if not entries:
         ctx.unprepare([ref])
-        raise CheckSkipped("the driver writes no status.devices entries")
+        raise CheckSkipped(f"the driver wrote no status.devices entries within {STATUS_GRACE:.0f}s of its answer")
     results = {
         (r["pool"], r["device"])
         for r in stored["status"]["allocation"]["devices"]["results"]

@@ -10,7 +10,7 @@ import pytest
 
 from fakedev.driver.apply import apply_prepare_plan
 from fakedev.driver.cdi_layout import cdi_layout_for
-from fakedev.driver.checkpoint import compute_checksum
+from fakedev.driver.checkpoint import Checkpoint, JournalState, compute_checksum
 from fakedev.driver.claims import compute_claim_plan
 from fakedev.driver.plan import PreparePlan, compute_device_configs, compute_prepare_plan
 from fakedev.driver.state import ClaimState, StatePaths
@@ -110,7 +110,9 @@ def test_v1_claims_load_without_their_dead_fields(rendered: RenderedNode, paths:
     assert state.prepare(REF).devices == plan.prepared
 
 
-def test_a_v1_claim_is_unprepared_and_the_checkpoint_rewritten_as_v2(rendered: RenderedNode, paths: StatePaths) -> None:
+def test_a_v1_claim_is_unprepared_and_the_checkpoint_rewritten_as_a_journal(
+    rendered: RenderedNode, paths: StatePaths
+) -> None:
     plan = _prepared_by_v1_plugin(rendered, paths)
     assert paths.sysfs_root is not None
     (mdev,) = plan.record["mdevs"]
@@ -121,8 +123,11 @@ def test_a_v1_claim_is_unprepared_and_the_checkpoint_rewritten_as_v2(rendered: R
     assert not (paths.sysfs_root / "bus" / "mdev" / "devices" / mdev).exists()
     assert list(paths.cdi_dir.iterdir()) == []
     assert list(paths.metadata_root.iterdir()) == []
-    doc = json.loads(paths.checkpoint.read_text())
-    assert (doc["version"], doc["claims"]) == ("fakedev.dra/checkpoint-v2", {})
+    header, *lines = paths.checkpoint.read_text().splitlines()
+    assert json.loads(header) == {"version": "fakedev.dra/checkpoint-v3"}
+    # the v1 record as the journal's first entry (the upgrade), then the unprepare's deletion
+    assert [json.loads(line.split(" ", 1)[1])["op"] for line in lines] == ["put", "del"]
+    assert Checkpoint(path=paths.checkpoint).read() == JournalState()
 
 
 def test_a_corrupt_v1_checkpoint_stops_the_plugin_and_is_kept(rendered: RenderedNode, paths: StatePaths) -> None:

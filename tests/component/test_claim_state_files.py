@@ -4,7 +4,6 @@ are put on disk by the prepare plan itself (as a plugin that died after writing 
 from __future__ import annotations
 
 import fcntl
-import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from fakedev.driver.apply import apply_prepare_plan
 from fakedev.driver.cdi_layout import cdi_layout_for
 from fakedev.driver.checkpoint import Checkpoint, ClaimRecord
 from fakedev.driver.claims import compute_claim_plan
-from fakedev.driver.core import SerializedDriver
+from fakedev.driver.core import ConcurrentDriver
 from fakedev.driver.plan import PreparePlan, compute_device_configs, compute_prepare_plan
 from fakedev.driver.state import ClaimState, StatePaths
 from fakedev.model.inventory import resolve_inventory
@@ -196,7 +195,7 @@ def test_temp_files_are_collected_only_under_the_instances_lock(rendered: Render
     plan = _prepared(rendered, paths, OLD, device="gpu-0")
     planted = _plant_temp_files(paths, claim_dir=plan.record["metadataDir"])["ours"]
     lock_path = paths.plugin_data_dir / "serialize.lock"
-    driver = SerializedDriver(state=_state(rendered, paths), lock_path=lock_path)
+    driver = ConcurrentDriver(state=_state(rendered, paths), lock_path=lock_path)
     collected: list[Path] = []
     with lock_path.open("a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)  # the other instance of a rolling update, mid-write
@@ -213,7 +212,7 @@ def test_the_checkpoint_names_the_claims_metadata_directory_with_its_uid(
     rendered: RenderedNode, paths: StatePaths
 ) -> None:
     _prepared(rendered, paths, OLD, device="gpu-0")
-    (record,) = json.loads(paths.checkpoint.read_text())["claims"].values()
+    (record,) = Checkpoint(path=paths.checkpoint).load().values()
     assert record["metadataDir"] == f"ns_c_{OLD.uid}"
 
 

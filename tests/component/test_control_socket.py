@@ -78,6 +78,7 @@ def target(board: DeviceBoard) -> ControlTarget:
             "sliceGeneration": 0,
             "healthSubscribers": 0,
             "udevEvents": 0,
+            "statusOwed": 0,
         }
 
     return ControlTarget(status=status, set_health=board.set_health, faults=faults)

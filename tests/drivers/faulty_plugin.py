@@ -27,7 +27,7 @@ import fakedev.driver.metadata as metadata_mod
 import fakedev.driver.plan as plan_mod
 import fakedev.driver.state as state_mod
 import fakedev.plugin.registration as registration_mod
-from fakedev.driver.core import SerializedDriver
+from fakedev.driver.core import ConcurrentDriver
 from fakedev.driver.state import ClaimState
 from fakedev.errors import ClaimError
 from fakedev.kube import DriverApi
@@ -193,18 +193,21 @@ def ignore_uid() -> None:
 
 
 def busy() -> None:
-    original = SerializedDriver.prepare
+    import asyncio
 
-    async def prepare(self: SerializedDriver, claims: Any) -> Any:
-        if self._lock.locked():
+    original = ConcurrentDriver.prepare
+    running: list[asyncio.Lock] = []  # made on first use, inside the plugin's event loop
+
+    async def prepare(self: ConcurrentDriver, claims: Any) -> Any:
+        if not running:
+            running.append(asyncio.Lock())
+        if running[0].locked():
             return {c.uid: PrepareResult(error="busy: another prepare is running") for c in claims}
-        async with self._lock:
-            import asyncio
-
+        async with running[0]:
             await asyncio.sleep(0.3)  # long enough for concurrent calls to meet
         return await original(self, claims)
 
-    SerializedDriver.prepare = prepare  # type: ignore[method-assign]
+    ConcurrentDriver.prepare = prepare  # type: ignore[method-assign]
 
 
 def reject_shared() -> None:

@@ -11,7 +11,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fakedev.driver.checkpoint import VERSION_V1, Checkpoint, ClaimRecord, render_checkpoint
+from fakedev.driver.checkpoint import (
+    VERSION_V1,
+    Checkpoint,
+    ClaimRecord,
+    JournalEntry,
+    JournalState,
+    del_entry,
+    fold_entries,
+    owe_entry,
+    put_entry,
+    render_checkpoint,
+    render_entry,
+    render_journal,
+)
 from fakedev.errors import CheckpointError
 from tests.fuzz.fuzzing import MARKS, PURE_SECONDS, Figures, fuzz_settings, json_values, mutated, repeated
 
@@ -80,6 +93,16 @@ def _v1_file() -> bytes:
 
 
 V1: Final = _v1_file()
+JOURNAL_TAIL: Final[list[JournalEntry]] = [
+    del_entry("uid-2"),
+    owe_entry(
+        {"uid": "uid-2", "namespace": "ns", "name": "n", "devices": [], "token": "0123456789abcdef"},
+    ),
+    put_entry(CLAIMS["uid-2"]),
+]
+V3: Final = render_journal(JournalState(claims=CLAIMS)) + b"".join(render_entry(e) for e in JOURNAL_TAIL)
+V3_STATES: Final = [fold_entries(JournalState(claims=CLAIMS), JOURNAL_TAIL[:n]) for n in range(len(JOURNAL_TAIL) + 1)]
+"""What a journal cut short after its compacted part may hold: the folded state after each of the later lines."""
 
 FILES: Final = st.one_of(
     mutated(V2),
@@ -99,6 +122,28 @@ def test_the_unharmed_files_load_the_saved_claims(checkpoint: Checkpoint) -> Non
     for data in (V2, V1):
         checkpoint.path.write_bytes(data)
         assert checkpoint.load() == CLAIMS
+    checkpoint.path.write_bytes(V3)
+    assert checkpoint.read() == V3_STATES[-1]
+
+
+@fuzz_settings(examples=300, deadline_seconds=2 * PURE_SECONDS)
+@given(data=mutated(V3))
+def test_a_damaged_journal_is_refused_clearly_or_loads_a_state_it_went_through(
+    checkpoint: Checkpoint, figures: Figures, data: bytes
+) -> None:
+    """A bad tail is a batch a crash cut short (dropped); a bad line before good ones is corruption. A damaged
+    line never loads as something else: every line carries its checksum."""
+    checkpoint.path.write_bytes(data)
+    with figures.example(max_seconds=PURE_SECONDS, max_heap_mb=64):
+        try:
+            state = checkpoint.read()
+        except CheckpointError as exc:
+            message = str(exc)
+            assert message.startswith(f"{checkpoint.path}")
+            assert "\n" not in message and len(message) < 400 + len(str(checkpoint.path))
+            return
+        prefixes = [fold_entries(JournalState(), [put_entry(r) for r in list(CLAIMS.values())[:n]]) for n in range(3)]
+        assert state in (*V3_STATES, *prefixes), state
 
 
 @fuzz_settings(examples=300, deadline_seconds=2 * PURE_SECONDS)

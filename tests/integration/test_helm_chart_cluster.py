@@ -51,6 +51,7 @@ from tests.helpers import (
     helm_template,
     pod_body,
     run_helm,
+    wait_claim_status,
 )
 from tests.integration.conftest import PluginProcess
 
@@ -240,7 +241,7 @@ def test_chart_rbac_is_enough_for_the_plugin(
 
         # Prepare reads the claim and writes status.devices: the claim rules of the ClusterRole.
         assert asyncio.run(prepare()) == ""
-        stored: JsonObj = kube.get(RESOURCE_CLAIMS, "c", namespace=test_namespace)
+        stored: JsonObj = wait_claim_status(kube, "c", namespace=test_namespace)
         assert [d["driver"] for d in stored["status"]["devices"]] == [EXAMPLE_DRIVER]
         assert "forbidden" not in plugin.log().lower()
     finally:
@@ -479,7 +480,8 @@ def test_chart_fleet_rbac_is_enough_for_a_fleet_replica(
             what="the pod on the emulated node to run",
             abort=exited,
         )
-        (claim,) = kube.list(RESOURCE_CLAIMS, namespace=test_namespace)
+        (listed,) = kube.list(RESOURCE_CLAIMS, namespace=test_namespace)
+        claim = wait_claim_status(kube, listed["metadata"]["name"], namespace=test_namespace)
         assert [d["driver"] for d in claim["status"]["devices"]] == [EXAMPLE_DRIVER]
         # Scaled to 0, then stopped: the replica reads its StatefulSet and decommissions (pods, slices, Node, Lease).
         kube.patch(STATEFUL_SETS, sts["metadata"]["name"], {"spec": {"replicas": 0}}, namespace=test_namespace)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -16,6 +17,8 @@ import grpc
 import pytest
 
 import cdi
+from fakedev.driver.checkpoint import Checkpoint, JournalState
+from fakedev.driver.crash import CRASH_ENV, CrashPoint
 from fakedev.plugin.calls import read_calls
 from harness.errors import DraCallError
 from harness.node.dra_client import DraConnection
@@ -28,7 +31,7 @@ from kubeletapi import DRA_V1_VERSION, DRA_V1BETA1_VERSION, HEALTH_V1_VERSION
 from kubeletapi import dra_v1_pb2 as v1
 from kubeletapi import dra_v1_pb2_grpc as v1_grpc
 from kubeletapi.types import ClaimRef
-from tests.helpers import allocated_claim, claim_body, claim_ref, next_report
+from tests.helpers import allocated_claim, claim_body, claim_ref, next_report, status_devices, wait_claim_status
 from tests.integration.conftest import PluginProcess
 
 pytestmark = pytest.mark.cluster
@@ -158,7 +161,7 @@ def test_claim_status_is_ready_and_owned_by_the_driver(
     )
     ref = claim_ref(claim)
     asyncio.run(_prepare(example_plugin, [ref]))
-    stored = kube.get(RESOURCE_CLAIMS, "c", namespace=test_namespace)
+    stored = wait_claim_status(kube, "c", namespace=test_namespace)
     (result,) = stored["status"]["allocation"]["devices"]["results"]
     (entry,) = stored["status"]["devices"]
     assert (entry["driver"], entry["pool"], entry["device"]) == (result["driver"], result["pool"], result["device"])
@@ -166,7 +169,7 @@ def test_claim_status_is_ready_and_owned_by_the_driver(
     managers = {m["manager"] for m in stored["metadata"]["managedFields"] if m.get("subresource") == "status"}
     assert "fakedev/gpu.example.com" in managers
     asyncio.run(_unprepare(example_plugin, [ref]))
-    assert "devices" not in kube.get(RESOURCE_CLAIMS, "c", namespace=test_namespace)["status"]
+    assert "devices" not in wait_claim_status(kube, "c", namespace=test_namespace, present=False)["status"]
 
 
 def test_cdi_specs_are_valid_and_inject_env_and_metadata_mount(
@@ -287,7 +290,42 @@ def test_kill_between_prepare_and_unprepare_leaves_nothing_after_restart(
     assert asyncio.run(_unprepare(example_plugin, [ref])) == {ref.uid: ""}
     assert _files(example_plugin.cdi_dir) == []
     assert _files(example_plugin.plugin_dir / "dra-device-metadata") == []
-    assert json.loads(example_plugin.checkpoint.read_text())["claims"] == {}
+    assert Checkpoint(path=example_plugin.checkpoint).read() == JournalState()
+
+
+def test_a_claim_gets_its_status_when_the_plugin_dies_right_after_recording_it(
+    plugin_factory: Callable[..., PluginProcess],
+    emulated_node: str,
+    example_class: str,
+    kube: KubeClient,
+    test_namespace: str,
+) -> None:
+    """status.devices is written after the answer; a plugin killed before writing it owes it in its journal, and
+    the next process writes it. (Whether the answer itself got out before the kill is a race the kubelet covers
+    by asking again, which the checkpoint answers.)"""
+    plugin = plugin_factory(node=emulated_node, env={CRASH_ENV: CrashPoint.PREPARE_BEFORE_STATUS.value})
+    claim = allocated_claim(
+        kube, namespace=test_namespace, node=plugin.node, claim=claim_body(name="c", device_class=example_class),
+        pod="p",
+    )  # fmt: skip
+    ref = claim_ref(claim)
+    with contextlib.suppress(DraCallError):
+        asyncio.run(_prepare(plugin, [ref]))
+    wait_for(lambda: not plugin.alive(), timeout=20, what="the plugin to die before writing the status")
+    assert "crash point reached" in plugin.log()
+    owed = Checkpoint(path=plugin.checkpoint).read().owed
+    assert list(owed) == [ref.uid] and owed[ref.uid]["devices"]
+    assert status_devices(kube.get(RESOURCE_CLAIMS, "c", namespace=test_namespace)) == []
+    plugin.env = {}
+    plugin.start()
+    stored = wait_claim_status(kube, "c", namespace=test_namespace)
+    (result,) = stored["status"]["allocation"]["devices"]["results"]
+    assert [(e["pool"], e["device"]) for e in status_devices(stored)] == [(result["pool"], result["device"])]
+    wait_for(lambda: not Checkpoint(path=plugin.checkpoint).read().owed, timeout=10, what="the write settled")
+    again = asyncio.run(_prepare(plugin, [ref]))[ref.uid]  # the kubelet's retry: answered from the checkpoint
+    assert again.error == "" and again.devices[0].device == result["device"]
+    assert asyncio.run(_unprepare(plugin, [ref])) == {ref.uid: ""}
+    assert status_devices(wait_claim_status(kube, "c", namespace=test_namespace, present=False)) == []
 
 
 def test_corrupt_checkpoint_stops_the_plugin_and_is_kept(

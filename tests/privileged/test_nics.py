@@ -22,7 +22,7 @@ from harness.runtime.runc import RUNC_ENV
 from kubeclient import KubeClient
 from kubeclient.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from linuxns import netlink
-from tests.helpers import pod_body
+from tests.helpers import pod_body, wait_claim_status
 from tests.privileged.conftest import RigFactory
 
 pytestmark = [pytest.mark.cluster, pytest.mark.privileged]
@@ -58,7 +58,7 @@ def _running(kube: KubeClient, ns: str, name: str) -> Any:
 
 
 def _network(kube: KubeClient, ns: str, claim: str) -> Any:
-    (entry,) = kube.get(RESOURCE_CLAIMS, claim, namespace=ns)["status"]["devices"]
+    (entry,) = wait_claim_status(kube, claim, namespace=ns)["status"]["devices"]
     return entry
 
 

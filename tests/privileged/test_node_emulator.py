@@ -21,7 +21,7 @@ from kubeclient import KubeClient
 from kubeclient.resources import DEVICE_CLASSES, EVENTS, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from kubeletapi import pluginregistration_v1_pb2 as reg_pb
 from kubeletapi import pluginregistration_v1_pb2_grpc as reg_grpc
-from tests.helpers import claim_body, pod_body
+from tests.helpers import claim_body, pod_body, wait_claim_status
 from tests.privileged.conftest import RigFactory
 
 pytestmark = [pytest.mark.cluster, pytest.mark.privileged]
@@ -66,8 +66,9 @@ def test_seed_example_runs_with_cdi_env_and_metadata(
         assert out[0] == "device allocated"
         assert out[1].startswith("GPU_DEVICE_") and "=gpu-" in out[1]
         assert '"kind":"DeviceMetadata"' in out[-1]
-        claims = kube.list(RESOURCE_CLAIMS, namespace=test_namespace)
-        assert len(claims) == 1 and claims[0]["status"]["devices"][0]["conditions"][0]["type"] == "Ready"
+        (listed,) = kube.list(RESOURCE_CLAIMS, namespace=test_namespace)
+        claim = wait_claim_status(kube, listed["metadata"]["name"], namespace=test_namespace)
+        assert claim["status"]["devices"][0]["conditions"][0]["type"] == "Ready"
         cli = subprocess.run(
             [
                 str(FAKEDEV),
@@ -103,7 +104,7 @@ def test_deleting_a_pod_unprepares_and_removes_everything(
     wait_gone(kube, PODS, "p", namespace=test_namespace, timeout=30)
     assert list(seed_rig.layout.cdi.iterdir()) == []
     assert list_run_netns(seed_rig.node.run.run_id) == []
-    assert "devices" not in kube.get(RESOURCE_CLAIMS, "c", namespace=test_namespace).get("status", {})
+    assert "devices" not in wait_claim_status(kube, "c", namespace=test_namespace, present=False).get("status", {})
     calls = [(method, uids) for method, _, uids in seed_rig.node.dra.calls]
     uid = kube.get(RESOURCE_CLAIMS, "c", namespace=test_namespace)["metadata"]["uid"]
     assert calls == [("NodePrepareResources", [uid]), ("NodeUnprepareResources", [uid])]

@@ -16,7 +16,7 @@ from harness.runtime.netns import create_netns, list_run_netns
 from kubeclient import KubeClient
 from kubeclient.resources import NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from linuxns import list_netns, netlink
-from tests.helpers import claim_body, pod_body
+from tests.helpers import claim_body, pod_body, wait_claim_status
 from tests.privileged.conftest import RigFactory
 
 pytestmark = [pytest.mark.cluster, pytest.mark.privileged]
@@ -52,7 +52,7 @@ def test_a_power_cycle_brings_the_pods_nic_back_with_its_plugin(
     assert rig.nics is not None
     _nic_pod(kube, namespace=test_namespace, node=rig.name, device_class=nic_class)
     wait_pod_phase(kube, "p", namespace=test_namespace, phase="Running")
-    (entry,) = kube.get(RESOURCE_CLAIMS, "net", namespace=test_namespace)["status"]["devices"]
+    (entry,) = wait_claim_status(kube, "net", namespace=test_namespace)["status"]["devices"]
     ifname = entry["networkData"]["interfaceName"]
     wait_for(lambda: ifname in _logs(rig, test_namespace), timeout=20, what=f"{ifname} inside the pod")
     boot, before = rig.layout.boot_id.read_text(), _container_id(kube, test_namespace)

@@ -43,6 +43,7 @@ from harness.reaper import reap_all
 from kubeclient import KubeClient
 from kubeclient.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from linuxns import netlink
+from tests.helpers import wait_claim_status
 
 pytestmark = [pytest.mark.cluster, pytest.mark.privileged, pytest.mark.xdist_group(name="realnode")]
 REAL_NODE_ADDRESS = "127.0.0.7"
@@ -255,7 +256,7 @@ def test_a_pod_sees_its_nic_and_the_node_gets_it_back_alike(
         _running(kube, namespace=test_namespace, pod=pod)
         wait_for(lambda: "done" in side.container_output(test_namespace, pod), timeout=30, what=f"{pod}'s output")
         out = side.container_output(test_namespace, pod)
-        (entry,) = kube.get(RESOURCE_CLAIMS, claim, namespace=test_namespace)["status"]["devices"]
+        (entry,) = wait_claim_status(kube, claim, namespace=test_namespace)["status"]["devices"]
         data = entry["networkData"]
         host = _host_ifname(kube, side, namespace=test_namespace, claim=claim)
         link = next(line for line in out.splitlines() if re.match(rf"\d+: {data['interfaceName']}[@:]", line))

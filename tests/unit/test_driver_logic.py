@@ -258,6 +258,7 @@ def _target(faults: Faults) -> ControlTarget:
             "sliceGeneration": 1,
             "healthSubscribers": 0,
             "udevEvents": 0,
+            "statusOwed": 0,
         }
 
     return ControlTarget(status=status, set_health=board.set_health, faults=faults)

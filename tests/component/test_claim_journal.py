@@ -1,0 +1,151 @@
+"""The checkpoint journal on a real file system: group commit, torn tails, corruption, compaction, two instances."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from fakedev.driver import journal as journal_mod
+from fakedev.driver.checkpoint import (
+    JOURNAL_HEADER,
+    Checkpoint,
+    ClaimRecord,
+    JournalState,
+    del_entry,
+    put_entry,
+    render_entry,
+)
+from fakedev.driver.journal import ClaimJournal
+from fakedev.errors import CheckpointError
+
+
+def _record(uid: str) -> ClaimRecord:
+    return {
+        "uid": uid,
+        "namespace": "ns",
+        "name": f"claim-{uid}",
+        "devices": [],
+        "cdiSpecFiles": [],
+        "metadataDir": "",
+        "metadataGeneration": 1,
+        "nics": [],
+        "mdevs": [],
+    }
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "checkpoint.json"
+
+
+def _reloaded(path: Path) -> JournalState:
+    return Checkpoint(path=path).read()
+
+
+def test_concurrent_commits_share_fsyncs_and_all_survive(path: Path) -> None:
+    syncs: list[int] = []
+    gate = threading.Barrier(16)
+    journal = ClaimJournal(path=path, before_sync=lambda: syncs.append(1))
+    journal.open()
+
+    def prepare(uid: str) -> None:
+        gate.wait()
+        journal.commit([put_entry(_record(uid))])
+
+    threads = [threading.Thread(target=prepare, args=(f"u{i:02d}",)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert sorted(journal.state.claims) == [f"u{i:02d}" for i in range(16)]
+    assert len(syncs) < 16  # commits that met went into one batch, one fdatasync
+    assert _reloaded(path) == journal.state
+
+
+def test_a_torn_tail_is_dropped_and_the_file_rewritten_before_the_next_append(path: Path) -> None:
+    journal = ClaimJournal(path=path)
+    journal.open()
+    journal.commit([put_entry(_record("a"))])
+    journal.close()
+    whole = render_entry(put_entry(_record("b")))
+    with path.open("ab") as f:
+        f.write(whole[: len(whole) // 2])  # a batch the crash cut short: never acknowledged
+    again = ClaimJournal(path=path)
+    assert set(again.open().claims) == {"a"}
+    again.commit([put_entry(_record("c"))])
+    assert set(_reloaded(path).claims) == {"a", "c"}
+    assert path.read_bytes().startswith(JOURNAL_HEADER) and path.read_bytes().count(b"\n") == 3
+
+
+def test_a_damaged_line_before_good_ones_stops_the_plugin_and_is_kept(path: Path) -> None:
+    journal = ClaimJournal(path=path)
+    journal.open()
+    journal.commit([put_entry(_record("a"))])
+    journal.commit([put_entry(_record("b"))])
+    journal.close()
+    data = bytearray(path.read_bytes())
+    second_line = data.index(b"\n") + 1
+    data[second_line + 20] ^= 0x01  # one bit of record "a"
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"checkpoint.json:2: damaged journal line before good ones"):
+        ClaimJournal(path=path).open()
+    assert path.read_bytes() == bytes(data)
+
+
+def test_compaction_keeps_the_file_as_small_as_the_live_claims(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(journal_mod, "COMPACT_MIN_LINES", 20)
+    journal = ClaimJournal(path=path)
+    journal.open()
+    for i in range(50):
+        journal.commit([put_entry(_record(f"t{i}"))])
+        journal.commit([del_entry(f"t{i}")])
+    journal.commit([put_entry(_record("kept"))])
+    lines = path.read_bytes().count(b"\n")
+    assert lines < 25, lines  # 101 commits, compacted along the way
+    assert set(_reloaded(path).claims) == {"kept"}
+
+
+def test_two_instances_keep_each_others_records_across_a_compaction(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rolling update: the old instance appends after the new one compacted (replaced) the file."""
+    monkeypatch.setattr(journal_mod, "COMPACT_MIN_LINES", 10)
+    old, new = ClaimJournal(path=path), ClaimJournal(path=path)
+    old.open()
+    old.commit([put_entry(_record("old-1"))])
+    new.open()
+    before = path.stat().st_ino
+    new.commit([put_entry(_record("new-kept"))])
+    for i in range(12):  # churn enough to compact: the file the old instance has open is replaced
+        new.commit([put_entry(_record(f"t{i}")), del_entry(f"t{i}")])
+    assert path.stat().st_ino != before
+    old.commit([put_entry(_record("old-2"))])
+    assert set(_reloaded(path).claims) == {"old-1", "old-2", "new-kept"}
+    assert set(old.state.claims) == {"old-1", "old-2", "new-kept"}  # it folded the other's records on the way
+
+
+def test_a_failed_write_fails_its_commit_and_leaves_no_half_line(path: Path) -> None:
+    failing = [True]
+
+    def before_sync() -> None:
+        if failing[0]:
+            failing[0] = False
+            raise OSError(28, "No space left on device")
+
+    journal = ClaimJournal(path=path, before_sync=before_sync)
+    journal.open()
+    with pytest.raises(OSError, match="No space left"):
+        journal.commit([put_entry(_record("lost"))])
+    assert journal.state.claims == {}
+    journal.commit([put_entry(_record("kept"))])
+    assert set(_reloaded(path).claims) == {"kept"}
+
+
+def test_a_missing_file_is_an_empty_journal_and_an_empty_file_is_refused(path: Path) -> None:
+    assert ClaimJournal(path=path).open() == JournalState()
+    assert path.read_bytes() == JOURNAL_HEADER
+    path.write_bytes(b"")
+    with pytest.raises(CheckpointError, match="not valid JSON"):
+        ClaimJournal(path=path).open()

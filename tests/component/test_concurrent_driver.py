@@ -1,0 +1,134 @@
+"""The driver core on a real file system with an in-memory API: prepares of different claims run side by side
+(their API reads overlap, their records share fsyncs), one claim's calls stay in order, and a call waits for a
+start-up that holds the instances' lock."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fakedev.driver.cdi_layout import cdi_layout_for
+from fakedev.driver.checkpoint import Checkpoint
+from fakedev.driver.core import ConcurrentDriver
+from fakedev.driver.state import ClaimState, StatePaths
+from fakedev.model.inventory import resolve_inventory
+from fakedev.model.releases import NVIDIA_DEFAULT
+from fakedev.profiles import load_profile
+from fakedev.render import RenderedNode, Schema, render_node
+from kubeletapi.types import ClaimRef
+
+NODE = "concurrent"
+DRIVER = "gpu.example.com"
+LAYOUT = cdi_layout_for(schema=Schema.EXAMPLE, nvidia=NVIDIA_DEFAULT, driver=DRIVER)
+CLAIMS = [ClaimRef(uid=f"00000000-0000-0000-0000-00000000000{i}", namespace="ns", name=f"c{i}") for i in range(4)]
+
+
+@dataclass
+class GatedApi:
+    """Every read waits at a barrier of ``parties``: it passes only if that many reads are in flight at once."""
+
+    parties: int
+    reads: list[str] = field(default_factory=list)
+    statuses: list[str] = field(default_factory=list)
+    barrier: threading.Barrier = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.barrier = threading.Barrier(self.parties, timeout=10)
+
+    def get_claim(self, *, namespace: str, name: str) -> Any:
+        self.barrier.wait()
+        self.reads.append(name)
+        ref = next(c for c in CLAIMS if c.name == name)
+        result = {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": f"gpu-{ref.name[1:]}"}
+        return {
+            "metadata": {"uid": ref.uid, "name": name, "namespace": namespace},
+            "status": {"allocation": {"devices": {"results": [result]}}, "reservedFor": [{"name": "p"}]},
+        }
+
+    def apply_claim_status(self, *, namespace: str, name: str, uid: str, devices: Any) -> None:
+        self.statuses.append(name)
+
+
+@pytest.fixture(scope="module")
+def rendered() -> RenderedNode:
+    return render_node(resolve_inventory(load_profile("seed-example"), node_name=NODE))
+
+
+def _driver(rendered: RenderedNode, tmp_path: Path, api: GatedApi) -> ConcurrentDriver:
+    paths = StatePaths(
+        cdi_dir=tmp_path / "cdi",
+        plugin_data_dir=tmp_path / "plugin",
+        dev_root=tmp_path / "plugin" / "dev",
+        checkpoint=tmp_path / "plugin" / "checkpoint.json",
+    )
+    state = ClaimState(
+        driver=DRIVER,
+        node_name=NODE,
+        paths=paths,
+        layout=LAYOUT,
+        base_spec=None,
+        api=api,  # type: ignore[arg-type]  # the two calls the state makes
+        lookup=lambda pool, name: rendered.device(driver=DRIVER, pool=pool, name=name),
+    )
+    return ConcurrentDriver(state=state, lock_path=paths.plugin_data_dir / "serialize.lock")
+
+
+def test_prepares_of_different_claims_run_at_the_same_time(rendered: RenderedNode, tmp_path: Path) -> None:
+    api = GatedApi(parties=len(CLAIMS))  # a serializing driver would leave the first read waiting until timeout
+    driver = _driver(rendered, tmp_path, api)
+    driver.load()
+
+    async def all_at_once() -> list[Any]:
+        return await asyncio.gather(*(driver.prepare([ref]) for ref in CLAIMS))
+
+    answers = asyncio.run(all_at_once())
+    assert all(not a[ref.uid].error for a, ref in zip(answers, CLAIMS, strict=True)), answers
+    assert sorted(api.reads) == sorted(c.name for c in CLAIMS)
+    assert driver.state.outbox is not None and driver.state.outbox.wait_idle(timeout=10)
+    driver.close()
+    assert sorted(api.statuses) == sorted(c.name for c in CLAIMS)  # each status written once, after its answer
+    assert sorted(Checkpoint(path=driver.state.paths.checkpoint).load()) == sorted(c.uid for c in CLAIMS)
+
+
+def test_one_claims_calls_stay_in_order(rendered: RenderedNode, tmp_path: Path) -> None:
+    api = GatedApi(parties=1)
+    driver = _driver(rendered, tmp_path, api)
+    driver.load()
+    ref = CLAIMS[0]
+
+    async def twice_then_unprepare() -> tuple[Any, Any, Any]:
+        first = asyncio.create_task(driver.prepare([ref]))
+        second = asyncio.create_task(driver.prepare([ref]))
+        await asyncio.sleep(0)
+        gone = asyncio.create_task(driver.unprepare([ref]))
+        return await first, await second, await gone
+
+    first, second, gone = asyncio.run(twice_then_unprepare())
+    assert first == second and not first[ref.uid].error
+    assert api.reads == ["c0"]  # the second prepare waited for the first and was answered from its record
+    assert gone == {ref.uid: ""}
+    driver.close()
+    assert Checkpoint(path=driver.state.paths.checkpoint).load() == {}
+
+
+def test_a_call_waits_while_another_instance_starts_up(rendered: RenderedNode, tmp_path: Path) -> None:
+    api = GatedApi(parties=1)
+    driver = _driver(rendered, tmp_path, api)
+    driver.load()
+    lock_path = driver.lock_path
+    done: list[Any] = []
+    with lock_path.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # the new instance of a rolling update, collecting temp files
+        caller = threading.Thread(target=lambda: done.append(asyncio.run(driver.prepare([CLAIMS[1]]))))
+        caller.start()
+        caller.join(timeout=0.5)
+        assert caller.is_alive() and done == []
+    caller.join(timeout=10)
+    assert not done[0][CLAIMS[1].uid].error
+    driver.close()
