@@ -35,7 +35,7 @@ def _expected_mode(rel: Path, mode: int) -> int | None:
         return 0o600
     if kind == stat.S_IFCHR:
         return 0o660  # the fake device nodes
-    if rel.name in ("checkpoint.json", "serialize.lock"):
+    if rel.name in ("checkpoint.json", "checkpoint.json.lock", "serialize.lock"):
         return 0o600
     return 0o644
 
