@@ -26,6 +26,8 @@ from fakedev.errors import CrashPointError
 log = logging.getLogger("fakedev.driver.crash")
 
 CRASH_ENV: Final = "FAKEDEV_CRASH_AT"
+CRASH_LOGGED: Final = "crash point reached: killing the plugin"
+"""What the plugin logs just before it kills itself at an armed point (tools read it in the log)."""
 
 
 class CrashPoint(StrEnum):
@@ -101,7 +103,7 @@ class CrashSwitch:
             self._passed += 1
             due = self._passed == self.armed.nth
         if due:
-            log.warning("crash point reached: killing the plugin", extra={"fields": {"point": self.armed.render()}})
+            log.warning(CRASH_LOGGED, extra={"fields": {"point": self.armed.render()}})
             os.kill(os.getpid(), signal.SIGKILL)
 
     def before_rename(self, point: CrashPoint) -> BeforeRename:

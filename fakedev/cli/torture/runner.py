@@ -38,7 +38,7 @@ from fakedev.cli.torture.ledger import Belief, ClaimBelief, Ledger
 from fakedev.cli.torture.observe import NodeFiles, read_snapshot
 from fakedev.cli.torture.report import Tally, TortureSettings, render_progress
 from fakedev.driver import metadata
-from fakedev.driver.crash import CRASH_ENV, CrashAt
+from fakedev.driver.crash import CRASH_ENV, CRASH_LOGGED, CrashAt
 from fakedev.errors import TortureError, ViolationFoundError
 from fakedev.logs import TextFormatter
 from fakedev.nics.ports import ifname_of
@@ -356,9 +356,11 @@ class Torture:
             argv=base.argv, env=lambda ctx: {**base.env(ctx), CRASH_ENV: value}, description=base.description
         )
 
-    async def _start(self, crash: CrashAt | None) -> float:
+    async def _start(self, crash: CrashAt | None) -> float | None:
         """Start a plugin process and wait for the kubelet's registration of it; returns when it started. One that
-        dies or never registers is a violation: a plugin must always come back."""
+        dies or never registers is a violation: a plugin must always come back — unless it died at its armed crash
+        point before registering (start-up sends the status writes a killed predecessor owed: an instant like any
+        other), which returns None."""
         assert self.manager is not None
         self.process = DriverProcess(
             name="plugin", spec=self._spec(crash), context=self.site.context, run=self.site.run
@@ -379,9 +381,19 @@ class Torture:
             if not self.process.alive():
                 break
             await asyncio.sleep(0.02)
+        if crash is not None and self._died_at_crash_point():
+            return None
         tail = self.process.process.log_tail() if self.process.process is not None else ""
         raise self._violation(
             Violation(rule=Rule.PROCESS, detail=f"the plugin did not come back after a restart:\n{tail}")
+        )
+
+    def _died_at_crash_point(self) -> bool:
+        assert self.process is not None and self.process.process is not None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.process.popen.wait(timeout=5)
+        return self.process.process.popen.returncode == -signal.SIGKILL and CRASH_LOGGED in (
+            self.process.process.log_tail()
         )
 
     def _kill(self) -> None:
@@ -492,6 +504,12 @@ class Torture:
         """One plugin process: armed or not, started, checked, called until it dies or is killed."""
         crash = choose_crash(self.rng)
         started = await self._start(crash)
+        if started is None:  # died at its crash point while starting: a kill like any other
+            assert crash is not None
+            self.tally.kills += 1
+            self.tally.crash_point_kills += 1
+            self.tally.points[crash.point.value] += 1
+            return
         checking = time.monotonic()
         await self._check()
         started += time.monotonic() - checking  # the tool's own checking is no part of the plugin's recovery
