@@ -368,9 +368,8 @@ def _accepted(endpoint: Path) -> set[str]:
 
 
 async def _watch_connection(channel: grpc.aio.Channel, states: list[grpc.ChannelConnectivity]) -> None:
-    """Record a channel's state, then every change: one served on one connection stays READY with no change."""
-    state = channel.get_state(try_to_connect=False)
-    states.append(state)
+    """Append every change after the last state in ``states``: a channel served on one connection has none."""
+    state = states[-1]
     while True:
         await channel.wait_for_state_change(state)
         state = channel.get_state(try_to_connect=False)
@@ -402,9 +401,12 @@ def check_single_connection(ctx: ConformanceContext) -> None:
     async def session() -> None:
         # The verdict is our channel's: a driver that closes or replaces connections (GOAWAY, max connection age,
         # a server per call) takes it out of READY. Accepted sockets are only the evidence quoted: gRPC's client
-        # has been seen (1 run in ~10 under load) to open a second socket of its own with the first still READY.
+        # has been seen (3 suite runs in ~20 under load) to open a second socket of its own with the first READY.
         await conn.prepare([ref], version=version)
         seen.update(_accepted(endpoint) - before)
+        # The first state is taken here, not in the task: a watcher cancelled before its first step must not leave
+        # the list empty (an empty list would read as a dropped connection).
+        states.append(conn.channel.get_state(try_to_connect=False))
         watcher = asyncio.create_task(_watch_connection(conn.channel, states))
         try:
             if inst.registration.health_version:
