@@ -100,12 +100,19 @@ def sync_dir(directory: Path) -> None:
 
 
 def write_spec(
-    *, spec: Spec, cdi_dir: Path, file_name: str, before_rename: BeforeRename | None = None, sync: bool = True
+    *,
+    spec: Spec,
+    cdi_dir: Path,
+    file_name: str,
+    before_rename: BeforeRename | None = None,
+    sync: bool = True,
+    durable: bool = True,
 ) -> Path:
     """Validate ``spec`` and write it atomically as ``cdi_dir/file_name`` (mode 0644); returns the path written.
 
     ``sync=False`` leaves the directory fsync to the caller (:func:`sync_dir`), who writes several files and makes
-    them durable together; the file's own data is always fsynced before the rename.
+    them durable together. ``durable=False``: no fsync at all, for a caller that can tell a file a power cut may
+    have emptied (a spec is still never seen half-written: the rename is atomic).
     """
     target = _target(cdi_dir=cdi_dir, file_name=file_name)
     if target.suffix not in SPEC_SUFFIXES:
@@ -123,7 +130,8 @@ def write_spec(
             os.fchmod(stream.fileno(), SPEC_FILE_MODE)  # mkstemp makes 0600
             stream.write(data)
             stream.flush()
-            os.fsync(stream.fileno())
+            if durable:
+                os.fsync(stream.fileno())
         if before_rename is not None:
             before_rename(temp)
         temp.replace(target)
@@ -133,7 +141,7 @@ def write_spec(
     except BaseException:
         _discard(temp)
         raise
-    if sync:
+    if sync and durable:
         sync_dir(cdi_dir)
     return target
 

@@ -67,6 +67,7 @@ def apply_prepare_plan(
             cdi_dir=plan.cdi_dir,
             file_name=plan.claim_spec.file_name,
             sync=False,
+            durable=plan.durable,
             before_rename=crash.before_rename(CrashPoint.PREPARE_CLAIM_SPEC_TEMP),
         )
     crash.reached(CrashPoint.PREPARE_AFTER_CLAIM_SPEC)
@@ -84,6 +85,7 @@ def apply_prepare_plan(
             cdi_dir=plan.cdi_dir,
             file_name=f.spec.file_name,
             sync=False,
+            durable=plan.durable,
             before_rename=crash.before_rename(CrashPoint.PREPARE_METADATA_SPEC_TEMP),
         )
         crash.reached(CrashPoint.PREPARE_AFTER_METADATA_SPEC)

@@ -23,7 +23,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal, TypedDict
+from typing import Any, Final, Literal, NotRequired, TypedDict
 
 from fakedev.driver.fsutil import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, atomic_write
 from fakedev.errors import CheckpointError
@@ -68,6 +68,9 @@ class ClaimRecord(TypedDict):
     nics: list[NicRecord]
     mdevs: list[str]
     """UUIDs of the mediated devices prepare created (vGPUs), removed again on unprepare."""
+    bootId: NotRequired[str]
+    """The node's boot in which the claim's files were written without fsync (:mod:`fakedev.driver.boot`); the
+    record is trusted only in that boot. Absent: the files were fsynced (or live on a volatile CDI directory)."""
 
 
 def _canonical(claims: Mapping[str, Any]) -> bytes:

@@ -43,6 +43,14 @@ class PrepareDirs:
     durable: bool = True
     """False when the CDI directory is volatile (tmpfs, as /var/run/cdi on a node): a power cut wipes every spec,
     so every claim is prepared again and the files a prepare writes need no fsync (the journal still has one)."""
+    boot_id: str = ""
+    """This boot's ID (:mod:`fakedev.driver.boot`): files are written without fsync and the record carries the ID,
+    so a record of another boot — whose files a power cut may have emptied — is never trusted. "": unknown."""
+
+    @property
+    def synced(self) -> bool:
+        """Whether a prepare's files are fsynced: only when neither a volatile directory nor a boot ID stands in."""
+        return self.durable and not self.boot_id
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,7 +86,7 @@ class PreparePlan:
     """None: a base spec holds every edit the claim's devices get."""
     metadata_files: tuple[MetadataFile, ...]
     durable: bool
-    """Whether the files are fsynced (see :attr:`PrepareDirs.durable`)."""
+    """Whether the files are fsynced (see :attr:`PrepareDirs.synced`)."""
     sync_dirs: tuple[Path, ...]
     """fsynced once after every file is written (one journal commit makes every rename durable)."""
     status_devices: tuple[dict[str, Any], ...]
@@ -345,6 +353,8 @@ def compute_prepare_plan(
         "nics": [nic_record(n) for n in nics.values()],
         "mdevs": [m.uuid for m in mdevs],
     }
+    if dirs.boot_id:
+        record["bootId"] = dirs.boot_id
     return PreparePlan(
         uid=claim.uid,
         fake_nodes=tuple(fake_nodes),
@@ -354,10 +364,10 @@ def compute_prepare_plan(
         base_spec=base_spec,
         claim_spec=claim_spec,
         metadata_files=tuple(metadata_files),
-        durable=dirs.durable,
+        durable=dirs.synced,
         sync_dirs=(
             (dirs.cdi_dir, *(f.path.parent for f in metadata_files), claim_dir, dirs.metadata_root)
-            if dirs.durable
+            if dirs.synced
             else ()
         ),
         status_devices=tuple(status),
@@ -416,7 +426,8 @@ def compute_unprepare_plan(
         cdi_dir=dirs.cdi_dir,
         metadata_dir=metadata_dir,
         legacy_metadata_dir=legacy,
-        sync_dirs=(dirs.cdi_dir, dirs.metadata_root) if dirs.durable else (),
+        # Without fsync a power cut may bring a removed file back: named from this UID, it is one no claim uses.
+        sync_dirs=(dirs.cdi_dir, dirs.metadata_root) if dirs.synced else (),
         mdevs=tuple(record["mdevs"]) if record else (),
         nics=tuple(prepared_nic(n) for n in record["nics"]) if record else (),
         stray_nics=()

@@ -76,6 +76,8 @@ class StatePaths:
     """The node's fake /sys (vGPU prepare creates its mdev there); None: no sysfs to maintain."""
     durable: bool = True
     """False: the CDI directory is volatile, so a claim's files need no fsync (:attr:`PrepareDirs.durable`)."""
+    boot_id: str = ""
+    """This boot's ID: a claim's files are written unsynced, trusted in this boot only (:attr:`PrepareDirs.boot_id`)."""
 
     @property
     def metadata_root(self) -> Path:
@@ -84,7 +86,11 @@ class StatePaths:
     @property
     def dirs(self) -> PrepareDirs:
         return PrepareDirs(
-            cdi_dir=self.cdi_dir, dev_root=self.dev_root, metadata_root=self.metadata_root, durable=self.durable
+            cdi_dir=self.cdi_dir,
+            dev_root=self.dev_root,
+            metadata_root=self.metadata_root,
+            durable=self.durable,
+            boot_id=self.boot_id,
         )
 
 
@@ -261,7 +267,10 @@ class ClaimState:
 
     def _files_present(self, record: ClaimRecord) -> bool:
         """A node reboot wipes the CDI dir (volatile), and a metadata file a spec mounts may be gone too; then the
-        claim is prepared again from scratch."""
+        claim is prepared again from scratch. So is a claim whose files were written unsynced in another boot: a
+        power cut may have left them empty."""
+        if record.get("bootId", self.paths.boot_id) != self.paths.boot_id:
+            return False
         return all(p.exists() for p in compute_recorded_files(record, dirs=self.paths.dirs, base_spec=self.base_spec))
 
     # -- unprepare -----------------------------------------------------------------------------------------------

@@ -1,9 +1,10 @@
 """The addresses on the node's interfaces, read and watched over netlink in the node's network namespace.
 
 DraNet publishes each interface's addresses (``dra.net/ipv4``/``ipv6``) as it finds them on the host; so does the
-fake driver: a dump when it discovers the NICs, then every address or link event of the namespace re-reads them and
-reports the new snapshot (interface name → its addresses in CIDR form, every scope: the render picks what it
-publishes). Only the interfaces asked for are reported, so unrelated links never cause a republish.
+fake driver: a dump when it discovers the NICs, then the namespace's address and link notifications folded into it
+(:mod:`linuxns.rtnl` decodes them; a dump again only when notifications were lost), each change reported as a new
+snapshot (interface name → its addresses in CIDR form, every scope: the render picks what it publishes). Only
+the interfaces asked for are reported, so unrelated links never cause a republish.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ import logging
 import select
 import socket
 import threading
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from linuxns import netlink
+from linuxns.errors import RtnlError
+from linuxns.rtnl import LinkEvent, RtEvent, parse_rt_events
 
 log = logging.getLogger("fakedev.nics.addresses")
 
@@ -30,20 +33,55 @@ Addresses = dict[str, tuple[str, ...]]
 """Interface name → its addresses in CIDR form, sorted."""
 
 
-def compute_addresses(*, links: Iterable[Any], addrs: Iterable[Any], ifnames: Collection[str]) -> Addresses:
-    """The addresses of ``ifnames`` from netlink link and address messages (pure)."""
-    names = {ln["index"]: ln.get_attr("IFLA_IFNAME") for ln in links}
-    found: dict[str, set[str]] = {n: set() for n in ifnames}
+@dataclass(frozen=True, kw_only=True)
+class NamespaceAddresses:
+    """A namespace's links (index → name) and their addresses (index → CIDRs), as a dump and events left them."""
+
+    names: Mapping[int, str] = field(default_factory=dict)
+    addresses: Mapping[int, frozenset[str]] = field(default_factory=dict)
+
+    def fold(self, events: list[RtEvent]) -> NamespaceAddresses:
+        names, addresses = dict(self.names), dict(self.addresses)
+        for e in events:
+            if isinstance(e, LinkEvent):
+                if e.gone:
+                    names.pop(e.index, None)
+                    addresses.pop(e.index, None)
+                else:
+                    names[e.index] = e.ifname  # a rename keeps the index, and the addresses with it
+            elif e.gone:
+                addresses[e.index] = addresses.get(e.index, frozenset()) - {e.cidr}
+            else:
+                addresses[e.index] = addresses.get(e.index, frozenset()) | {e.cidr}
+        return NamespaceAddresses(names=names, addresses=addresses)
+
+    def of(self, ifnames: frozenset[str]) -> dict[str, tuple[str, ...]]:
+        """Interface name → its addresses, sorted, for each of ``ifnames`` (none for an interface not there)."""
+        found: dict[str, tuple[str, ...]] = dict.fromkeys(ifnames, ())
+        for index, name in self.names.items():
+            if name in found:
+                found[name] = tuple(sorted(self.addresses.get(index, frozenset())))
+        return found
+
+
+def compute_namespace_addresses(*, links: Iterable[Any], addrs: Iterable[Any]) -> NamespaceAddresses:
+    """Every link's name and addresses from netlink link and address messages of a dump (pure)."""
+    addresses: dict[int, set[str]] = {}
     for a in addrs:
-        name = names.get(a["index"])
-        if name not in found:
-            continue
         # IFA_LOCAL is the interface's own IPv4 address (IFA_ADDRESS is the peer's on point-to-point links).
         ip = a.get_attr("IFA_LOCAL") if a["family"] == socket.AF_INET else None
         ip = ip or a.get_attr("IFA_ADDRESS")
         if ip:
-            found[name].add(f"{ip}/{a['prefixlen']}")
-    return {n: tuple(sorted(v)) for n, v in found.items()}
+            addresses.setdefault(a["index"], set()).add(f"{ip}/{a['prefixlen']}")
+    return NamespaceAddresses(
+        names={ln["index"]: ln.get_attr("IFLA_IFNAME") for ln in links},
+        addresses={index: frozenset(cidrs) for index, cidrs in addresses.items()},
+    )
+
+
+def compute_addresses(*, links: Iterable[Any], addrs: Iterable[Any], ifnames: Collection[str]) -> Addresses:
+    """The addresses of ``ifnames`` from netlink link and address messages (pure)."""
+    return compute_namespace_addresses(links=links, addrs=addrs).of(frozenset(ifnames))
 
 
 def read_addresses(netns: str | None, *, ifnames: Collection[str]) -> Addresses:
@@ -85,15 +123,22 @@ class AddressWatcher:
         with netlink(self.netns) as events, netlink(self.netns) as dumps:
             events.bind(groups=RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR)
             # Subscribed before the first dump, so no change between the two is missed.
-            self._report(compute_addresses(links=dumps.get_links(), addrs=dumps.get_addr(), ifnames=self.ifnames))
+            known = compute_namespace_addresses(links=dumps.get_links(), addrs=dumps.get_addr())
+            self._report(known.of(self.ifnames))
             while not self._stop.is_set():
                 ready, _, _ = select.select([events.fileno()], [], [], 0.5)
                 if not ready:
                     continue
-                with contextlib.suppress(Exception):  # a garbled message or a failed dump must not end the watch
-                    # Drain the socket itself (pyroute2's get() may buffer where select cannot see); any event means
-                    # "read again": a burst (a flush, a move into a pod) costs one dump.
+                try:
+                    # Drain the socket itself (pyroute2's get() may buffer where select cannot see) and fold what
+                    # the notifications say: no dump, so a prepare's few changes cost a few dozen bytes each.
+                    found: list[RtEvent] = []
                     while select.select([events.fileno()], [], [], 0)[0]:
-                        events.recv(1 << 20)
-                    snapshot = compute_addresses(links=dumps.get_links(), addrs=dumps.get_addr(), ifnames=self.ifnames)
-                    self._report(snapshot)
+                        found += parse_rt_events(events.recv(1 << 20))
+                    known = known.fold(found)
+                except (OSError, RtnlError) as exc:
+                    # Notifications lost (ENOBUFS, an overrun) or unreadable: only a dump tells the truth again.
+                    log.info("address notifications lost; dumping again", extra={"fields": {"error": str(exc)}})
+                    with contextlib.suppress(Exception):  # a failed dump must not end the watch: the next event retries
+                        known = compute_namespace_addresses(links=dumps.get_links(), addrs=dumps.get_addr())
+                self._report(known.of(self.ifnames))

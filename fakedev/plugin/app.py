@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Final
 
 from fakedev.driver.binding import compute_binding_updates
+from fakedev.driver.boot import read_boot_id
 from fakedev.driver.cdi_layout import cdi_layout_for
 from fakedev.driver.core import ConcurrentDriver
 from fakedev.driver.crash import CrashAt, CrashSwitch
@@ -206,6 +207,7 @@ class PluginApp:
                 checkpoint=data_dir / "checkpoint.json",
                 sysfs_root=sysfs_root,
                 durable=not is_volatile_dir(s.cdi_dir),
+                boot_id=read_boot_id(),
             ),
             layout=layout,
             base_spec=compute_base_spec(

@@ -3,6 +3,7 @@ are put on disk by the prepare plan itself (as a plugin that died after writing 
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import threading
 from pathlib import Path
@@ -242,3 +243,72 @@ def test_the_torture_checker_reads_a_real_node_and_catches_a_missing_metadata_fi
         f"files: ns/c ({OLD.uid}) is held but {DRIVER}_metadata_{OLD.uid}_gpu.json mounts {metadata_file}, "
         "which is missing",
     ]
+
+
+class _OneClaimApi:
+    """The API server's side of one claim allocated ``gpu-0``: counts reads (the status write is never called: no
+    NVIDIA release writes one, and this example driver's state is built with ``writes_device_status=False``)."""
+
+    def __init__(self, ref: ClaimRef) -> None:
+        self.ref, self.reads = ref, 0
+
+    def get_claim(self, *, namespace: str, name: str) -> Any:
+        self.reads += 1
+        result = {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-0"}
+        return {
+            "metadata": {"uid": self.ref.uid, "name": name, "namespace": namespace},
+            "status": {"allocation": {"devices": {"results": [result]}}, "reservedFor": [{"name": "p"}]},
+        }
+
+
+def _state_in_boot(rendered: RenderedNode, paths: StatePaths, api: _OneClaimApi, *, boot_id: str) -> ClaimState:
+    state = ClaimState(
+        driver=DRIVER,
+        node_name=NODE,
+        paths=dataclasses.replace(paths, boot_id=boot_id),
+        layout=LAYOUT,
+        base_spec=None,
+        api=api,  # type: ignore[arg-type]  # the one call a prepare without status writes makes
+        lookup=lambda pool, name: rendered.device(driver=DRIVER, pool=pool, name=name),
+        writes_device_status=False,
+    )
+    state.load()
+    return state
+
+
+def test_files_written_unsynced_are_trusted_in_their_boot_only(rendered: RenderedNode, paths: StatePaths) -> None:
+    """A prepare writes its files without fsync and records the boot; a power cut (a new boot ID) may have left
+    them empty, so the next boot's prepare rewrites them instead of answering from the checkpoint."""
+    api = _OneClaimApi(NEW)
+    before = _state_in_boot(rendered, paths, api, boot_id="boot-a")
+    first = before.prepare(NEW)
+    assert not first.error and api.reads == 1
+    assert before.claims[NEW.uid]["bootId"] == "boot-a"
+    files = [p for p in paths.metadata_root.rglob("*") if p.is_file()] + sorted(paths.cdi_dir.iterdir())
+    assert files and all(p.stat().st_size > 0 for p in files)
+    before.close()
+
+    same_boot = _state_in_boot(rendered, paths, api, boot_id="boot-a")  # a plugin restart: the page cache stayed
+    assert same_boot.prepare(NEW) == first and api.reads == 1
+    same_boot.close()
+
+    for p in files:  # what a power cut may leave of files whose data never reached the disk
+        p.write_bytes(b"")
+    after = _state_in_boot(rendered, paths, api, boot_id="boot-b")
+    assert after.held(NEW) is None
+    assert after.prepare(NEW) == first and api.reads == 2
+    assert all(p.stat().st_size > 0 for p in files)
+    assert after.claims[NEW.uid]["bootId"] == "boot-b"
+    after.close()
+
+
+def test_a_record_without_a_boot_id_is_trusted_while_its_files_are_there(
+    rendered: RenderedNode, paths: StatePaths
+) -> None:
+    """Records of plugins that fsynced every file carry no boot ID: they stay trusted across boots."""
+    _prepared(rendered, paths, OLD, device="gpu-0")  # an fsynced prepare (no boot ID in the plan's dirs)
+    state = _state(rendered, dataclasses.replace(paths, boot_id="boot-b"))
+    state.load()
+    assert "bootId" not in state.claims[OLD.uid]
+    held = state.held(OLD)
+    assert held is not None and held.devices
