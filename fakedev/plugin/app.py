@@ -44,7 +44,7 @@ from fakedev.plugin.protocol import StatusBody, render_call_fault
 from fakedev.plugin.server import PluginServer
 from fakedev.profiles import load_profile
 from fakedev.publisher import SlicePublisher
-from fakedev.render import Schema, SchemaPin, default_schemas
+from fakedev.render import RenderedNode, Schema, SchemaPin, default_schemas
 from fakedev.sysfs import write_sysfs
 from kubeclient import Credentials, KubeClient
 from kubeclient.values import TaintEffect
@@ -167,10 +167,13 @@ class PluginApp:
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
-    async def build(cls, settings: PluginSettings, *, client: KubeClient | None = None) -> PluginApp:
+    async def build(
+        cls, settings: PluginSettings, *, client: KubeClient | None = None, rendered: RenderedNode | None = None
+    ) -> PluginApp:
         """Make every part, load the checkpoint (a corrupt one raises before any socket exists), serve nothing yet.
 
         ``client``: an API client to share (a fleet of nodes in one process); None: one made from the settings.
+        ``rendered``: the node already rendered in the settings' schema (a fleet renders each node once).
         """
         started = time.monotonic()
         s = settings
@@ -186,6 +189,7 @@ class PluginApp:
             driver=driver,
             node_name=s.node_name,
             health_timeout_seconds=s.health_timeout_seconds,
+            rendered=rendered,
         )
         paths = PluginPaths(kubelet_root=s.kubelet_root, driver=driver, rolling_update_uid=s.rolling_update_uid)
         if client is None and s.credentials is not None:

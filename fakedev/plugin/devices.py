@@ -46,15 +46,24 @@ class DeviceBoard:
 
     @classmethod
     def build(
-        cls, *, inventory: NodeInventory, schema: Schema, driver: str, node_name: str, health_timeout_seconds: int
+        cls,
+        *,
+        inventory: NodeInventory,
+        schema: Schema,
+        driver: str,
+        node_name: str,
+        health_timeout_seconds: int,
+        rendered: RenderedNode | None = None,
     ) -> DeviceBoard:
-        """Render the node's devices in one schema; every device starts Healthy on the health stream."""
+        """Render the node's devices in one schema; every device starts Healthy on the health stream.
+
+        ``rendered``: ``render_node(inventory, schemas=[schema])`` made already (a fleet renders each node once)."""
         board = cls(
             driver=driver,
             schema=schema,
             node_name=node_name,
             inventory=inventory,
-            rendered=render_node(inventory, schemas=[schema]),
+            rendered=rendered if rendered is not None else render_node(inventory, schemas=[schema]),
             health=HealthBoard(timeout_seconds=health_timeout_seconds),
         )
         board.health.set_devices((r.pool, r.device) for r in board.refs())

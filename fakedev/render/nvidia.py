@@ -234,6 +234,10 @@ def _slice_capacity(placement: Placement) -> dict[str, DeviceCapacity]:
     return {f"memorySlice{i}": values.count(1) for i in placement.memory_slices}
 
 
+_PLACEHOLDER_UUID: Final = "MIG-00000000-0000-0000-0000-000000000000"
+"""Stands for a device's UUID while the rows shared by its profile are evaluated."""
+
+
 class _GpuBuilder:
     """Renders the devices of one physical GPU (attributes of the release, counter set, groups)."""
 
@@ -255,9 +259,26 @@ class _GpuBuilder:
         self.pool = pool
         self.partition_types = partition_types
         self.groups = groups
+        self._by_profile: dict[tuple[NvidiaKind, str | None, bool], dict[str, DeviceAttribute]] = {}
 
     def _attributes(
         self, kind: NvidiaKind, *, uuid: str | None, profile: MigProfile | None = None
+    ) -> dict[str, DeviceAttribute]:
+        """A GPU's MIG devices of one profile differ only in their UUID: the rows are evaluated once per profile
+        (a dgx-h100 has hundreds of MIG devices; this was a third of rendering it) and the UUID is put in its place."""
+        key = (kind, profile.name if profile is not None else None, uuid is not None)
+        shared = self._by_profile.get(key)
+        if shared is None:
+            shared = self._by_profile[key] = self._evaluate(
+                kind, uuid=_PLACEHOLDER_UUID if uuid else None, profile=profile
+            )
+        attributes = dict(shared)
+        if uuid is not None and "uuid" in attributes:
+            attributes["uuid"] = values.string(uuid)
+        return attributes
+
+    def _evaluate(
+        self, kind: NvidiaKind, *, uuid: str | None, profile: MigProfile | None
     ) -> dict[str, DeviceAttribute]:
         parent = self.gpu.uuid if kind in (NvidiaKind.MIG_STATIC, NvidiaKind.MIG_DYNAMIC) else None
         facts = _facts(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Final
 
@@ -29,6 +30,7 @@ def version(value: str) -> DeviceAttribute:
     return {"version": semver(value)}
 
 
+@functools.lru_cache(maxsize=256)
 def semver(value: str) -> str:
     """Lenient → strict semver, as the NVIDIA driver's semver.MustParse(...).String() does: 580.95.05 → 580.95.5."""
     parts = [str(int(p)) for p in re.findall(r"[0-9]+", value)[:3]]
