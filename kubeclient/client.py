@@ -1,7 +1,7 @@
-"""A small, typed JSON client for the Kubernetes API (urllib3 underneath).
+"""A small, typed JSON client for the Kubernetes API (``http.client`` underneath, urllib3 for watches).
 
-Only this module talks HTTP to the API server. Objects stay raw JSON (``dict``), so camelCase keys, new 1.37 fields
-and server-side apply work without a generated model in the way.
+Only this module and its transport (:mod:`kubeclient.transport`) talk HTTP to the API server. Objects stay raw
+JSON (``dict``), so camelCase keys, new 1.37 fields and server-side apply work without a generated model in the way.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import urllib3
 from kubeclient.errors import ApiError, ApiUnavailableError, ConflictError, OfficialLoaderNeededError
 from kubeclient.kubeconfig import read_kubeconfig
 from kubeclient.resources import Resource
+from kubeclient.transport import Connections, TransportError, make_tls_context
 
 JsonObj = dict[str, Any]
 PatchType = Literal["merge", "strategic", "json"]
@@ -111,6 +112,19 @@ class KubeClient:
         self.field_manager = field_manager
         self._timeout = timeout
         self._base = credentials.server.rstrip("/")
+        self._connections = Connections(
+            server=self._base,
+            max_idle=connections,
+            tls=make_tls_context(
+                ca_file=str(credentials.ca_file) if credentials.ca_file else None,
+                cert_file=str(credentials.cert_file) if credentials.cert_file else None,
+                key_file=str(credentials.key_file) if credentials.key_file else None,
+                insecure=credentials.insecure,
+            )
+            if self._base.startswith("https:")
+            else None,
+        )
+        # Watches stream their answers: those stay on urllib3.
         self._pool = urllib3.PoolManager(
             num_pools=4,
             maxsize=connections,
@@ -167,28 +181,28 @@ class KubeClient:
     ) -> JsonObj:
         """``decode=False``: a successful answer's body is not parsed and ``{}`` is returned (large objects the
         caller does not read back, such as the ResourceSlices a fleet of nodes publishes)."""
-        url = self._base + path
+        target = path
         if query:
-            url += "?" + urllib.parse.urlencode(query)
+            target += "?" + urllib.parse.urlencode(query)
         headers = self._headers
         data: bytes | None = None
         if body is not None:
             headers["Content-Type"] = content_type
             data = body if isinstance(body, bytes) else json.dumps(body).encode()
         try:
-            resp = self._pool.request(
-                method, url, body=data, headers=headers, timeout=timeout or self._timeout, preload_content=True
+            resp = self._connections.request(
+                method, target, body=data, headers=headers, timeout=timeout or self._timeout
             )
-        except urllib3.exceptions.HTTPError as exc:
+        except TransportError as exc:
             raise ApiUnavailableError(f"{method} {path}: API server unreachable: {exc}") from exc
         payload: JsonObj = {}
         if not decode and resp.status < 400:
             return payload
-        if resp.data:
+        if resp.body:
             try:
-                payload = json.loads(resp.data)
+                payload = json.loads(resp.body)
             except ValueError:
-                payload = {"message": resp.data.decode(errors="replace")}
+                payload = {"message": resp.body.decode(errors="replace")}
         if resp.status >= 400:
             raise _error_for(method=method, path=path, status=resp.status, payload=payload)
         return payload
@@ -367,6 +381,7 @@ class KubeClient:
             resp.release_conn()
 
     def close(self) -> None:
+        self._connections.close()
         self._pool.clear()
 
 

@@ -30,6 +30,7 @@ from fakedev.cli.fleet.plan import (
 from fakedev.cli.fleet.replica import FleetReplica, FleetSpec
 from fakedev.errors import ProfileError
 from fakedev.model.inventory import resolve_inventory
+from fakedev.plugin.tuning import tune_for_serving
 from fakedev.profiles import load_profile
 from fakedev.render import Schema, SchemaPin, default_schemas
 from harness.node.podmode import PodMode
@@ -132,6 +133,7 @@ def run_replica(args: argparse.Namespace) -> int:
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     statefulset = (namespace, str(args.statefulset)) if args.statefulset and namespace else None
+    tune_for_serving()  # many plugins in one process: GIL hand-over and the collector's cost, as in the bench's
     metrics = MetricsPlace(
         address=args.metrics_address,
         port=compute_metrics_port(base=args.metrics_port, stride=args.metrics_port_stride, replica=args.replica),

@@ -1,0 +1,113 @@
+"""Kept-alive HTTP/1.1 connections to one API server, on the standard library's ``http.client``.
+
+Every plugin prepare GETs its claim and a fleet creates thousands of slices; urllib3's pool, retry and response
+layers cost about 0.14 ms of CPU per request on top of ``http.client`` (0.37 against 0.24 ms for a claim GET,
+measured against a local kube-apiserver), which is what a Python driver can least afford. Requests that read
+their whole answer go through here; watches keep urllib3's streaming.
+
+A connection the server closed while it sat idle is noticed before reuse (its socket reads as ready: EOF) and
+replaced, so a request is sent at most once and never retried behind the caller's back.
+"""
+
+from __future__ import annotations
+
+import http.client
+import select
+import ssl
+import threading
+import urllib.parse
+from dataclasses import dataclass, field
+
+
+class TransportError(Exception):
+    """The API server could not be reached, or the connection broke before a whole answer arrived."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Answer:
+    status: int
+    body: bytes
+
+
+def make_tls_context(
+    *, ca_file: str | None, cert_file: str | None, key_file: str | None, insecure: bool
+) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=ca_file)
+    if insecure:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if cert_file:
+        context.load_cert_chain(cert_file, key_file)
+    return context
+
+
+def _stale(connection: http.client.HTTPConnection) -> bool:
+    """Whether an idle connection was closed by the server (its socket is readable: EOF or an unasked byte)."""
+    sock = connection.sock
+    if sock is None:
+        return True
+    try:
+        return bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
+
+
+@dataclass(kw_only=True)
+class Connections:
+    """Mutable on purpose: the idle connections to ``server`` (``https://host:port[/prefix]``), shared by threads."""
+
+    server: str
+    tls: ssl.SSLContext | None
+    max_idle: int = 8
+    """Idle connections kept at most; more callers at once get connections that are closed after use."""
+    _idle: list[http.client.HTTPConnection] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        url = urllib.parse.urlsplit(self.server)
+        self._https = url.scheme == "https"
+        self._host = url.hostname or "localhost"
+        self._port = url.port or (443 if self._https else 80)
+        self._prefix = url.path.rstrip("/")
+
+    def _take(self, timeout: float) -> http.client.HTTPConnection:
+        with self._lock:
+            while self._idle:
+                connection = self._idle.pop()
+                if not _stale(connection):
+                    if connection.sock is not None:
+                        connection.sock.settimeout(timeout)
+                    return connection
+                connection.close()
+        if self._https:
+            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=self.tls)
+        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+
+    def _give_back(self, connection: http.client.HTTPConnection) -> None:
+        with self._lock:
+            if len(self._idle) < self.max_idle:
+                self._idle.append(connection)
+                return
+        connection.close()
+
+    def request(self, method: str, path: str, *, body: bytes | None, headers: dict[str, str], timeout: float) -> Answer:
+        """Send one request and read its whole answer (``path`` includes the query)."""
+        connection = self._take(timeout)
+        try:
+            connection.request(method, self._prefix + path, body=body, headers=headers)
+            response = connection.getresponse()
+            data = response.read()
+        except (OSError, http.client.HTTPException) as exc:
+            connection.close()
+            raise TransportError(str(exc) or type(exc).__name__) from exc
+        if response.will_close:
+            connection.close()
+        else:
+            self._give_back(connection)
+        return Answer(status=response.status, body=data)
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.close()
