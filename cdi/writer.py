@@ -26,6 +26,7 @@ from cdi.errors import PathEscapeError, WriteError
 from cdi.loader import SPEC_SUFFIXES, format_for
 from cdi.spec import Spec
 from cdi.validate import validate_spec
+from cdi.yamltext import render_block_yaml
 
 SPEC_FILE_MODE = 0o644  # runtimes read specs as root, but inspection tools often do not
 CDI_DIR_MODE = 0o755
@@ -44,6 +45,9 @@ def render_spec_text(spec: Spec, *, path: Path) -> str:
     document = spec.to_json()
     if format_for(path) == "json":
         return json.dumps(document, indent=2) + "\n"
+    fast = render_block_yaml(document)
+    if fast is not None:
+        return fast
     return yaml.dump(document, Dumper=_YAML_DUMPER, sort_keys=False, explicit_start=True)
 
 
