@@ -64,7 +64,12 @@ def _stream(behavior: Any) -> Callable[[Any, Any], AsyncIterator[Any]]:
 
 
 class RequestGuard(aio.ServerInterceptor):
-    """Put innermost (last) in a server's interceptors, so that the ones before it see the refusal as a call."""
+    """Put innermost (last) in a server's interceptors, so that the ones before it see the refusal as a call.
+
+    A method's guarded handler is made once and kept (every call used to build it again: CPU on the hot path)."""
+
+    def __init__(self) -> None:
+        self._guarded: dict[str, tuple[grpc.RpcMethodHandler[Any, Any], grpc.RpcMethodHandler[Any, Any]]] = {}
 
     async def intercept_service(
         self,
@@ -74,7 +79,18 @@ class RequestGuard(aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None or handler.request_deserializer is None:
             return handler
-        decode = _decoder(handler.request_deserializer, method=handler_call_details.method)
+        method = handler_call_details.method
+        kept = self._guarded.get(method)
+        if kept is not None and kept[0] is handler:
+            return kept[1]
+        guarded = self._guard(handler, method=method)
+        self._guarded[method] = (handler, guarded)
+        return guarded
+
+    @staticmethod
+    def _guard(handler: grpc.RpcMethodHandler[Any, Any], *, method: str) -> grpc.RpcMethodHandler[Any, Any]:
+        assert handler.request_deserializer is not None
+        decode = _decoder(handler.request_deserializer, method=method)
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
                 _unary(handler.unary_unary),
