@@ -168,19 +168,26 @@ class PluginApp:
 
     @classmethod
     async def build(
-        cls, settings: PluginSettings, *, client: KubeClient | None = None, rendered: RenderedNode | None = None
+        cls,
+        settings: PluginSettings,
+        *,
+        client: KubeClient | None = None,
+        inventory: NodeInventory | None = None,
+        rendered: RenderedNode | None = None,
     ) -> PluginApp:
         """Make every part, load the checkpoint (a corrupt one raises before any socket exists), serve nothing yet.
 
         ``client``: an API client to share (a fleet of nodes in one process); None: one made from the settings.
-        ``rendered``: the node already rendered in the settings' schema (a fleet renders each node once).
+        ``inventory``, ``rendered``: the node's inventory, resolved from the settings' profile, and its render in the
+        settings' schema, made already (a fleet resolves and renders each node once).
         """
         started = time.monotonic()
         s = settings
         profile = load_profile(s.profile)
         if s.pin is not None:
             profile = replace(profile, releases=profile.releases.pinned(s.pin))
-        inventory = resolve_inventory(profile, node_name=s.node_name)
+        if inventory is None:
+            inventory = resolve_inventory(profile, node_name=s.node_name)
         schema = choose_schema(inventory, requested=s.schema, profile=s.profile)
         driver = s.driver_name or schema.driver
         devices = DeviceBoard.build(

@@ -28,7 +28,7 @@ from typing import Any, Final, TypeVar
 
 from fakedev.cli.fleet.replica import run_bounded
 from fakedev.cli.procfs import memory_mib
-from fakedev.model.inventory import resolve_inventory
+from fakedev.model.inventory import NodeInventory, resolve_inventory
 from fakedev.plugin.app import PluginApp, PluginSettings
 from fakedev.plugin.tuning import tune_for_serving
 from fakedev.profiles import load_profile
@@ -67,9 +67,10 @@ async def run_fleet(args: argparse.Namespace) -> None:
     profile = load_profile(args.profile)
     started = time.perf_counter()
     # Each render is kept for the node's plugin: rendering twice was a sixth of the fleet's CPU (make bench).
-    rendered: dict[str, RenderedNode] = {}
+    rendered: dict[str, tuple[NodeInventory, RenderedNode]] = {}
     for i, name in enumerate(names):
-        rendered[name] = render_node(resolve_inventory(profile, node_name=name), schemas=[Schema.NVIDIA])
+        inventory = resolve_inventory(profile, node_name=name)
+        rendered[name] = (inventory, render_node(inventory, schemas=[Schema.NVIDIA]))
         # What a node's render leaves is alive for good: out of the collector's sight, or every young-generation
         # collection traverses all the nodes rendered so far again.
         gc.freeze()
@@ -99,6 +100,7 @@ async def run_fleet(args: argparse.Namespace) -> None:
     tasks: list[asyncio.Task[None]] = []
 
     async def start(name: str) -> None:
+        inventory, made = rendered.pop(name)
         root = args.base / str(names.index(name))  # short: socket paths under it are limited to 107 bytes
         app = await PluginApp.build(
             PluginSettings(
@@ -112,7 +114,8 @@ async def run_fleet(args: argparse.Namespace) -> None:
                 watch_device_faults=False,
             ),
             client=plugin_client,
-            rendered=rendered.pop(name),
+            inventory=inventory,
+            rendered=made,
         )
         await app.start()
         apps.append(app)
