@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 from harness.cluster.local import LocalCluster
-from harness.cluster.nodes import LEASE_NAMESPACE, NodeHeartbeats, delete_node, register_node, renew_lease
+from harness.cluster.nodes import (
+    LEASE_NAMESPACE,
+    NodeHeartbeats,
+    delete_node,
+    register_node,
+    renew_lease,
+)
 from harness.drills.requirements import cluster_gates
 from harness.kube.manifests import apply_objects, load_manifest_file
 from harness.kube.waits import wait_object
@@ -257,3 +263,38 @@ def test_a_nodes_lease_is_owned_by_it_and_goes_with_it(kube: KubeClient, unique_
         timeout=60,
         what="the garbage collector to remove the deleted Node's Lease",
     )
+
+
+def test_heartbeats_renew_by_update_keep_the_owner_and_survive_a_conflicting_write(
+    kube: KubeClient, unique_name: str
+) -> None:
+    """After the first renewal (an apply) a node's Lease is renewed by update of the object as last stored, as the
+    kubelet does; a write by someone else meanwhile (a conflict) falls back to an apply, and nothing drops the
+    Node's owner reference."""
+    node = register_node(kube, name=unique_name)
+    renewals: list[bool] = []
+    beats = NodeHeartbeats(client=kube, interval=0.2, on_renew=renewals.append)
+    beats.add(unique_name)
+    beats.start()
+    try:
+
+        def renew_time() -> str:
+            return str(kube.get(LEASES, unique_name, namespace=LEASE_NAMESPACE)["spec"]["renewTime"])
+
+        first = renew_time()
+        wait_for(lambda: renew_time() != first and len(renewals) >= 3, timeout=30, what="renewals by update")
+        # someone else writes the Lease: the heartbeat's stored copy is stale now
+        kube.patch(LEASES, unique_name, {"metadata": {"labels": {"touched": "yes"}}}, namespace=LEASE_NAMESPACE)
+        seen = len(renewals)
+        wait_for(lambda: len(renewals) >= seen + 3, timeout=30, what="renewals after the conflicting write")
+        assert all(renewals), "a renewal failed"
+        lease = kube.get(LEASES, unique_name, namespace=LEASE_NAMESPACE)
+        assert lease["metadata"]["labels"] == {"touched": "yes"}
+        assert lease["metadata"]["ownerReferences"] == [
+            {"apiVersion": "v1", "kind": "Node", "name": unique_name, "uid": node["metadata"]["uid"]}
+        ]
+        managers = {(m["manager"], m["operation"]) for m in lease["metadata"]["managedFields"]}
+        assert ("fakedev", "Update") in managers  # renewed by update, not only by apply
+    finally:
+        beats.stop()
+        delete_node(kube, name=unique_name)
