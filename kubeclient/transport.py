@@ -6,7 +6,10 @@ measured against a local kube-apiserver), which is what a Python driver can leas
 their whole answer go through here; watches keep urllib3's streaming.
 
 A connection the server closed while it sat idle is noticed before reuse (its socket reads as ready: EOF) and
-replaced, so a request is sent at most once and never retried behind the caller's back.
+replaced. The server may still close it between that check and the request; a GET that then fails before any
+answer arrives is sent once more on a new connection (what Go's net/http does for idempotent requests); other
+methods are never repeated behind the caller's back. Idle connections are closed when the pool is (or when it is
+garbage collected, as urllib3's are), so no socket is left for the interpreter to warn about.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import select
 import ssl
 import threading
 import urllib.parse
+import weakref
 from dataclasses import dataclass, field
 
 
@@ -39,6 +43,11 @@ def make_tls_context(
     if cert_file:
         context.load_cert_chain(cert_file, key_file)
     return context
+
+
+def _close_all(idle: list[http.client.HTTPConnection]) -> None:
+    while idle:
+        idle.pop().close()
 
 
 def _stale(connection: http.client.HTTPConnection) -> bool:
@@ -69,16 +78,21 @@ class Connections:
         self._host = url.hostname or "localhost"
         self._port = url.port or (443 if self._https else 80)
         self._prefix = url.path.rstrip("/")
+        weakref.finalize(self, _close_all, self._idle)  # the list, never replaced: the finalizer must not hold self
 
-    def _take(self, timeout: float) -> http.client.HTTPConnection:
+    def _take(self, timeout: float) -> tuple[http.client.HTTPConnection, bool]:
+        """A connection, and whether it was used before."""
         with self._lock:
             while self._idle:
                 connection = self._idle.pop()
                 if not _stale(connection):
                     if connection.sock is not None:
                         connection.sock.settimeout(timeout)
-                    return connection
+                    return connection, True
                 connection.close()
+        return self._new(timeout), False
+
+    def _new(self, timeout: float) -> http.client.HTTPConnection:
         if self._https:
             return http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=self.tls)
         return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
@@ -92,10 +106,18 @@ class Connections:
 
     def request(self, method: str, path: str, *, body: bytes | None, headers: dict[str, str], timeout: float) -> Answer:
         """Send one request and read its whole answer (``path`` includes the query)."""
-        connection = self._take(timeout)
+        connection, reused = self._take(timeout)
         try:
-            connection.request(method, self._prefix + path, body=body, headers=headers)
-            response = connection.getresponse()
+            try:
+                connection.request(method, self._prefix + path, body=body, headers=headers)
+                response = connection.getresponse()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                if not (reused and method == "GET"):
+                    raise
+                connection.close()  # closed by the server just as it was taken: a GET may go again, once
+                connection = self._new(timeout)
+                connection.request(method, self._prefix + path, body=body, headers=headers)
+                response = connection.getresponse()
             data = response.read()
         except (OSError, http.client.HTTPException) as exc:
             connection.close()
@@ -108,6 +130,4 @@ class Connections:
 
     def close(self) -> None:
         with self._lock:
-            idle, self._idle = self._idle, []
-        for connection in idle:
-            connection.close()
+            _close_all(self._idle)
