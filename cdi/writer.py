@@ -2,7 +2,8 @@
 
 A runtime may scan the directory at any moment, so a spec file must appear whole or not at all: we validate, write a
 hidden temp file in the same directory (same filesystem, so the rename is atomic; not ``.json``/``.yaml``, so
-scanners skip it), fsync it, rename it over the target and fsync the directory so the rename survives a crash.
+scanners skip it), fsync it, rename it over the target and fsync the directory so the rename survives a crash
+(both fsyncs are skipped with ``durable=False``, for callers that detect a power cut otherwise).
 File names come from the caller and must be plain names: anything that could land outside the directory is refused.
 
 A writer killed between creating the temp file and the rename leaves it behind; :func:`remove_temp_files` collects
