@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from fakedev.errors import KubeApiError, RetryableKubeError
-from kubeclient import ApiError, JsonObj, KubeClient
+from kubeclient import ApiError, JsonObj, KubeClient, PendingGet
 from kubeclient.resources import DEVICE_FAULTS, NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
 
 NOT_FOUND: Final = 404
@@ -35,6 +35,25 @@ def _translated(what: str) -> Iterator[None]:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PendingClaim:
+    """A claim GET on its way; call :meth:`result` or :meth:`abandon` exactly once."""
+
+    pending: PendingGet
+    what: str
+
+    def result(self) -> JsonObj:
+        with _translated(self.what):
+            return self.pending.result()
+
+    def abandon(self) -> None:
+        self.pending.abandon()
+
+    def drain(self) -> None:
+        """Read and drop an answer nobody took (:meth:`kubeclient.PendingGet.drain`)."""
+        self.pending.drain()
+
+
+@dataclass(frozen=True, kw_only=True)
 class DriverApi:
     client: KubeClient
     driver: str
@@ -47,6 +66,31 @@ class DriverApi:
     def get_claim(self, *, namespace: str, name: str) -> JsonObj:
         with _translated(f"GET resourceclaim {namespace}/{name}"):
             return self.client.get(RESOURCE_CLAIMS, name, namespace=namespace)
+
+    def get_claim_later(self, *, namespace: str, name: str) -> PendingClaim:
+        """Send the claim's GET now; :meth:`PendingClaim.result` reads the answer (the caller works meanwhile)."""
+        what = f"GET resourceclaim {namespace}/{name}"
+        with _translated(what):
+            return PendingClaim(pending=self.client.get_later(RESOURCE_CLAIMS, name, namespace=namespace), what=what)
+
+    def read_ahead_claim(self, *, namespace: str, name: str) -> PendingClaim | None:
+        """:meth:`get_claim_later` when a kept-alive connection is free, else None: the caller is the event loop,
+        which must not wait for a connect and TLS handshake."""
+        if not self.client.idle_connections():
+            return None
+        return self.get_claim_later(namespace=namespace, name=name)
+
+    def list_claims_versioned(self) -> tuple[list[JsonObj], str]:
+        """Every ResourceClaim of the cluster and the list's resourceVersion (to watch from)."""
+        with _translated("list resourceclaims"):
+            return self.client.list_versioned(RESOURCE_CLAIMS)
+
+    def watch_claims(self, *, resource_version: str, timeout_seconds: int) -> Iterator[JsonObj]:
+        """Watch events after ``resource_version`` until the server ends the stream (an ERROR event: list again)."""
+        with _translated("watch resourceclaims"):
+            yield from self.client.watch(
+                RESOURCE_CLAIMS, resource_version=resource_version, timeout_seconds=timeout_seconds
+            )
 
     def apply_claim_status(self, *, namespace: str, name: str, uid: str, devices: Sequence[JsonObj]) -> None:
         """Own exactly ``devices`` in ``status.devices`` (server-side apply; an empty list drops our entries).

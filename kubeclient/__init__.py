@@ -4,7 +4,14 @@ Objects stay JSON dicts with the API's camelCase keys, so server-side apply and 
 generated model in the way. Only this package speaks HTTP to the API server.
 """
 
-from kubeclient.client import Credentials, JsonObj, KubeClient, credentials_from_kubeconfig, credentials_in_cluster
+from kubeclient.client import (
+    Credentials,
+    JsonObj,
+    KubeClient,
+    PendingGet,
+    credentials_from_kubeconfig,
+    credentials_in_cluster,
+)
 from kubeclient.errors import ApiError, ApiUnavailableError, ConflictError, KubeClientError
 from kubeclient.resources import Resource, resource_for
 
@@ -16,6 +23,7 @@ __all__ = [
     "JsonObj",
     "KubeClient",
     "KubeClientError",
+    "PendingGet",
     "Resource",
     "credentials_from_kubeconfig",
     "credentials_in_cluster",

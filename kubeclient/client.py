@@ -6,6 +6,7 @@ JSON (``dict``), so camelCase keys, new 1.37 fields and server-side apply work w
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import threading
@@ -21,7 +22,7 @@ import urllib3
 from kubeclient.errors import ApiError, ApiUnavailableError, ConflictError, OfficialLoaderNeededError
 from kubeclient.kubeconfig import read_kubeconfig
 from kubeclient.resources import Resource
-from kubeclient.transport import Connections, TransportError, make_tls_context
+from kubeclient.transport import Connections, Exchange, TransportError, make_tls_context
 
 JsonObj = dict[str, Any]
 PatchType = Literal["merge", "strategic", "json"]
@@ -181,6 +182,19 @@ class KubeClient:
     ) -> JsonObj:
         """``decode=False``: a successful answer's body is not parsed and ``{}`` is returned (large objects the
         caller does not read back, such as the ResourceSlices a fleet of nodes publishes)."""
+        exchange = self._begin(method, path, body=body, content_type=content_type, query=query, timeout=timeout)
+        return self._conclude(exchange, method=method, path=path, decode=decode)
+
+    def _begin(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: object,
+        content_type: str,
+        query: Mapping[str, str] | None,
+        timeout: float | None,
+    ) -> Exchange:
         target = path
         if query:
             target += "?" + urllib.parse.urlencode(query)
@@ -190,9 +204,13 @@ class KubeClient:
             headers["Content-Type"] = content_type
             data = body if isinstance(body, bytes) else json.dumps(body).encode()
         try:
-            resp = self._connections.request(
-                method, target, body=data, headers=headers, timeout=timeout or self._timeout
-            )
+            return self._connections.begin(method, target, body=data, headers=headers, timeout=timeout or self._timeout)
+        except TransportError as exc:
+            raise ApiUnavailableError(f"{method} {path}: API server unreachable: {exc}") from exc
+
+    def _conclude(self, exchange: Exchange, *, method: str, path: str, decode: bool) -> JsonObj:
+        try:
+            resp = exchange.finish()
         except TransportError as exc:
             raise ApiUnavailableError(f"{method} {path}: API server unreachable: {exc}") from exc
         payload: JsonObj = {}
@@ -224,6 +242,19 @@ class KubeClient:
 
     def get(self, res: Resource, name: str, *, namespace: str | None = None, subresource: str | None = None) -> JsonObj:
         return self.request("GET", res.path(namespace=namespace, name=name, subresource=subresource))
+
+    def idle_connections(self) -> int:
+        """Kept-alive connections free now: a request sent on one costs no connect (nor TLS handshake)."""
+        return self._connections.idle()
+
+    def get_later(
+        self, res: Resource, name: str, *, namespace: str | None = None, subresource: str | None = None
+    ) -> PendingGet:
+        """Send a GET now and read its answer later (:meth:`PendingGet.result`): the caller works while the API
+        server answers."""
+        path = res.path(namespace=namespace, name=name, subresource=subresource)
+        exchange = self._begin("GET", path, body=None, content_type="", query=None, timeout=None)
+        return PendingGet(client=self, exchange=exchange, path=path)
 
     def get_or_none(self, res: Resource, name: str, *, namespace: str | None = None) -> JsonObj | None:
         try:
@@ -393,3 +424,33 @@ def _error_for(*, method: str, path: str, status: int, payload: JsonObj) -> ApiE
     if status in (429, 500, 502, 503, 504):
         return ApiUnavailableError(message, status=status, reason=reason)
     return ApiError(message, status=status, reason=reason)
+
+
+@dataclass(kw_only=True)
+class PendingGet:
+    """Mutable on purpose: a GET sent by :meth:`KubeClient.get_later`. Its answer is read once, by :meth:`result`,
+    or given up (:meth:`abandon`, :meth:`drain`); until then a connection is busy with it."""
+
+    client: KubeClient
+    exchange: Exchange
+    path: str
+    settled: bool = False
+
+    def result(self) -> JsonObj:
+        """The object, or the ApiError the answer means (as :meth:`KubeClient.get` raises)."""
+        if self.settled:
+            raise RuntimeError(f"GET {self.path}: the answer was taken already")
+        self.settled = True
+        return self.client._conclude(self.exchange, method="GET", path=self.path, decode=True)
+
+    def abandon(self) -> None:
+        """Give up without waiting: the connection is closed."""
+        if not self.settled:
+            self.settled = True
+            self.exchange.abandon()
+
+    def drain(self) -> None:
+        """Read and drop the answer if nobody took it, so the connection is kept for reuse; errors are dropped too."""
+        if not self.settled:
+            with contextlib.suppress(ApiError):
+                self.result()

@@ -106,17 +106,69 @@ class Connections:
 
     def request(self, method: str, path: str, *, body: bytes | None, headers: dict[str, str], timeout: float) -> Answer:
         """Send one request and read its whole answer (``path`` includes the query)."""
+        return self.begin(method, path, body=body, headers=headers, timeout=timeout).finish()
+
+    def begin(self, method: str, path: str, *, body: bytes | None, headers: dict[str, str], timeout: float) -> Exchange:
+        """Send one request; its answer is read by :meth:`Exchange.finish`, so the caller can work meanwhile."""
         connection, reused = self._take(timeout)
+        exchange = Exchange(
+            pool=self,
+            connection=connection,
+            reused=reused,
+            method=method,
+            path=self._prefix + path,
+            body=body,
+            headers=headers,
+            timeout=timeout,
+        )
+        try:
+            connection.request(method, exchange.path, body=body, headers=headers)
+        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
+            exchange.send_error = exc  # finish() decides: sent again (a GET on a reused connection) or an error
+        except (OSError, http.client.HTTPException) as exc:
+            connection.close()
+            raise TransportError(str(exc) or type(exc).__name__) from exc
+        return exchange
+
+    def idle(self) -> int:
+        """How many connections wait for a request (one may still turn out closed by the server)."""
+        return len(self._idle)
+
+    def close(self) -> None:
+        with self._lock:
+            _close_all(self._idle)
+
+
+@dataclass(kw_only=True)
+class Exchange:
+    """Mutable on purpose: one request sent on a connection of ``pool``, its answer not read yet.
+
+    Exactly one of :meth:`finish` and :meth:`abandon` must be called: the connection is busy until then."""
+
+    pool: Connections
+    connection: http.client.HTTPConnection
+    reused: bool
+    method: str
+    path: str
+    body: bytes | None
+    headers: dict[str, str]
+    timeout: float
+    send_error: BaseException | None = None
+
+    def finish(self) -> Answer:
+        """Read the whole answer (waiting for it); the connection goes back to the pool."""
+        connection = self.connection
         try:
             try:
-                connection.request(method, self._prefix + path, body=body, headers=headers)
+                if self.send_error is not None:
+                    raise self.send_error
                 response = connection.getresponse()
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-                if not (reused and method == "GET"):
+                if not (self.reused and self.method == "GET"):
                     raise
                 connection.close()  # closed by the server just as it was taken: a GET may go again, once
-                connection = self._new(timeout)
-                connection.request(method, self._prefix + path, body=body, headers=headers)
+                connection = self.connection = self.pool._new(self.timeout)
+                connection.request(self.method, self.path, body=self.body, headers=self.headers)
                 response = connection.getresponse()
             data = response.read()
         except (OSError, http.client.HTTPException) as exc:
@@ -125,9 +177,9 @@ class Connections:
         if response.will_close:
             connection.close()
         else:
-            self._give_back(connection)
+            self.pool._give_back(connection)
         return Answer(status=response.status, body=data)
 
-    def close(self) -> None:
-        with self._lock:
-            _close_all(self._idle)
+    def abandon(self) -> None:
+        """Give up on the answer: the connection is closed (its answer would confuse the next request)."""
+        self.connection.close()

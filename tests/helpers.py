@@ -11,7 +11,8 @@ import subprocess
 import tarfile
 import tempfile
 import urllib.request
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -420,3 +421,20 @@ example:
   memory: 80Gi
   driverVersion: 1.0.0
 """
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReadLater:
+    """What a fake API's ``get_claim_later`` gives: the read happens when the prepare takes the answer (in its
+    thread), as a real GET's wait does."""
+
+    read: Callable[[], Any]
+
+    def result(self) -> Any:
+        return self.read()
+
+    def abandon(self) -> None:
+        return None
+
+    def drain(self) -> None:
+        return None

@@ -142,6 +142,12 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="do not list, watch or apply DeviceFault objects (e.g. without RBAC on devicefaults.fakedev.io)",
     )
+    p.add_argument(
+        "--no-claim-cache",
+        action="store_true",
+        help="do not list and watch ResourceClaims (each prepare then plans only after its GET is answered; "
+        "for an account without list/watch on resourceclaims)",
+    )
     p.add_argument("--log-format", choices=logs.FORMATS, default="text")
     p.add_argument("--log-level", default="INFO")
     p.set_defaults(handler=_run)
@@ -238,6 +244,7 @@ def _run(args: argparse.Namespace) -> int:
         record_calls=args.record_calls,
         crash_at=crash_at,
         watch_device_faults=not args.no_device_faults,
+        cache_claims=not args.no_claim_cache,
     )
 
     async def main() -> None:

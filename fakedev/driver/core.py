@@ -24,6 +24,7 @@ from pathlib import Path
 from fakedev.driver.fsutil import PRIVATE_DIR_MODE, make_dirs, open_lock_file
 from fakedev.driver.state import ClaimState
 from fakedev.faults import Faults
+from fakedev.kube import PendingClaim
 from kubeletapi.types import ClaimRef, PrepareResult
 
 
@@ -85,11 +86,13 @@ class ConcurrentDriver:
     def close(self) -> None:
         self.state.close()
 
-    def _prepare_all(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
+    def _prepare_all(
+        self, claims: Sequence[ClaimRef], *, ahead: Mapping[str, PendingClaim]
+    ) -> dict[str, PrepareResult]:
         with _file_lock(self.lock_path, shared=True):
             if (error := self.faults.prepare.apply()) is not None:
                 return {c.uid: PrepareResult(error=error) for c in claims}
-            return {c.uid: self.state.prepare(c) for c in claims}
+            return {c.uid: self.state.prepare(c, ahead=ahead.get(c.uid)) for c in claims}
 
     def _unprepare_all(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
         with _file_lock(self.lock_path, shared=True):
@@ -106,17 +109,32 @@ class ConcurrentDriver:
             return {c.uid: PrepareResult(error=error) for c in claims}
         return {uid: a for uid, a in answers.items() if a is not None}
 
-    def _answer_or_prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
+    def _answer_or_prepare(
+        self, claims: Sequence[ClaimRef], *, handed: dict[str, PendingClaim]
+    ) -> dict[str, PrepareResult]:
         # Claims already held are answered without the instances' lock: a start-up (another instance's) must not
         # hold up the answers a restarted kubelet asks for, which need neither the API nor a write. One thread hop
         # for both ways: each hop costs a wake-up of the event loop.
-        if (held := self._answer_held(claims)) is not None:
-            return held
-        return self._prepare_all(claims)
+        ahead = dict(handed)
+        handed.clear()  # this thread's now: the caller gives up only those it never handed over
+        try:
+            if (held := self._answer_held(claims)) is not None:
+                return held
+            return self._prepare_all(claims, ahead=ahead)
+        finally:
+            for pending in ahead.values():
+                pending.drain()  # a read no prepare needed (held meanwhile, a fault): its connection is kept
 
     async def prepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]:
-        async with self.locks.hold([c.uid for c in claims]):
-            return await asyncio.to_thread(self._answer_or_prepare, claims)
+        # Each unheld claim's GET goes out now, before the lock and the thread hop: it is needed in any case, and
+        # the API server answers while the call waits.
+        ahead = {c.uid: p for c in claims if (p := self.state.read_ahead(c)) is not None}
+        try:
+            async with self.locks.hold([c.uid for c in claims]):
+                return await asyncio.to_thread(self._answer_or_prepare, claims, handed=ahead)
+        finally:
+            for pending in ahead.values():
+                pending.abandon()  # cancelled before its thread took it
 
     async def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, str]:
         async with self.locks.hold([c.uid for c in claims]):

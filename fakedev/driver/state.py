@@ -19,6 +19,7 @@ removed by an unprepare.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -37,12 +38,14 @@ from fakedev.driver.checkpoint import (
     prepared_nic,
     put_entry,
 )
-from fakedev.driver.claims import check_claim_ref, compute_claim_plan
+from fakedev.driver.claim_cache import ClaimCache
+from fakedev.driver.claims import ClaimPlan, check_claim_ref, compute_claim_plan
 from fakedev.driver.crash import CrashPoint, CrashSwitch
 from fakedev.driver.fsutil import DIR_MODE, PRIVATE_DIR_MODE, make_dirs, remove_temp_files
 from fakedev.driver.journal import ClaimJournal
 from fakedev.driver.plan import (
     PrepareDirs,
+    PreparePlan,
     SpecFile,
     compute_device_configs,
     compute_nic_assignments,
@@ -52,7 +55,7 @@ from fakedev.driver.plan import (
 )
 from fakedev.driver.status_outbox import StatusOutbox, owed_status
 from fakedev.errors import ClaimError, KubeApiError
-from fakedev.kube import DriverApi
+from fakedev.kube import DriverApi, PendingClaim
 from fakedev.nics.plan import HostNic
 from fakedev.render.published import PublishedDevice
 from kubeclient.timestamps import render_time
@@ -116,6 +119,8 @@ class ClaimState:
     """Unarmed unless the torture tool asked for a crash point (``FAKEDEV_CRASH_AT``)."""
     writes_device_status: bool = True
     """Whether prepare writes ``status.devices`` (no NVIDIA release does)."""
+    cache: ClaimCache | None = None
+    """Claims as a watch last showed them: a head start for prepares, never their only read."""
     journal: ClaimJournal = field(init=False)
     outbox: StatusOutbox | None = field(init=False)
     """None without an API server (nothing to write to)."""
@@ -192,16 +197,30 @@ class ClaimState:
             return None
         return PrepareResult(devices=tuple(prepared_device(d) for d in known["devices"]))
 
-    def prepare(self, ref: ClaimRef) -> PrepareResult:
+    def read_ahead(self, ref: ClaimRef) -> PendingClaim | None:
+        """Send the GET a prepare of ``ref`` will make, before the call waits for its lock and thread: a claim this
+        node does not hold needs it in any case. None: nothing to send (held, no API server, a name that is no
+        Kubernetes name). Cheap and free of file I/O, for the event loop; :meth:`prepare` takes the answer."""
+        if self.api is None or ref.uid in self.claims:
+            return None
         try:
-            return PrepareResult(devices=self._prepare(ref))
+            check_claim_ref(uid=ref.uid, namespace=ref.namespace, name=ref.name)
+            return self.api.read_ahead_claim(namespace=ref.namespace, name=ref.name)
+        except (ClaimError, KubeApiError):
+            return None  # the prepare reads again, and reports what goes wrong then
+
+    def prepare(self, ref: ClaimRef, *, ahead: PendingClaim | None = None) -> PrepareResult:
+        """``ahead``: the claim's GET sent by :meth:`read_ahead`, used when the prepare needs a read (the caller
+        drains it otherwise)."""
+        try:
+            return PrepareResult(devices=self._prepare(ref, ahead=ahead))
         except ClaimError as exc:
             log.warning("prepare failed", extra={"fields": {"claim": ref.uid, "error": str(exc)}})
             return PrepareResult(error=str(exc))
         except KubeApiError as exc:
             return PrepareResult(error=f"cannot read or update claim {ref.namespace}/{ref.name}: {exc}")
 
-    def _prepare(self, ref: ClaimRef) -> tuple[PreparedDevice, ...]:
+    def _prepare(self, ref: ClaimRef, *, ahead: PendingClaim | None) -> tuple[PreparedDevice, ...]:
         check_claim_ref(uid=ref.uid, namespace=ref.namespace, name=ref.name)
         known = self.claims.get(ref.uid)
         if known is not None and (known["namespace"], known["name"]) != (ref.namespace, ref.name):
@@ -215,10 +234,64 @@ class ClaimState:
             return tuple(prepared_device(d) for d in known["devices"])
         if self.api is None:
             raise ClaimError(f"no API server configured; cannot read claim {ref.namespace}/{ref.name}")
-        # Read fresh, never from a watch cache: the kubelet names only namespace, name and UID, a reallocated claim
-        # keeps its UID, and a cache that has not caught up cannot be told from one that has without a round trip.
-        claim = self.api.get_claim(namespace=ref.namespace, name=ref.name)
-        claim_plan = compute_claim_plan(claim, uid=ref.uid, driver=self.driver, node_name=self.node_name)
+        cached = self.cache.get(ref.uid) if self.cache is not None and known is None else None
+        pending = ahead or self.api.get_claim_later(namespace=ref.namespace, name=ref.name)
+        if cached is not None and (cached.namespace, cached.name) == (ref.namespace, ref.name):
+            plan = self._prepare_from_cache(ref, cached=cached, pending=pending)
+        else:
+            # Read fresh, never from a watch cache alone: the kubelet names only namespace, name and UID, a
+            # reallocated claim keeps its UID, and a cache that has not caught up cannot be told from one that has.
+            claim = pending.result()
+            plan = self._plan(compute_claim_plan(claim, uid=ref.uid, driver=self.driver, node_name=self.node_name))
+            self._apply(plan)
+        entries: list[JournalEntry] = [put_entry(plan.record)]
+        owed = None
+        if self.writes_device_status and self.outbox is not None:
+            owed = owed_status(uid=ref.uid, namespace=ref.namespace, name=ref.name, devices=list(plan.status_devices))
+            entries.append(owe_entry(owed))
+        self.crash.reached(CrashPoint.PREPARE_BEFORE_CHECKPOINT)
+        self.journal.commit(entries)
+        self.crash.reached(CrashPoint.PREPARE_AFTER_CHECKPOINT)
+        if owed is not None and self.outbox is not None:
+            self.outbox.owe(owed)  # written after the answer; owed in the journal until it is through
+        return plan.prepared
+
+    def _prepare_from_cache(self, ref: ClaimRef, *, cached: ClaimPlan, pending: PendingClaim) -> PreparePlan:
+        """Prepare a claim not held yet whose plan the watch cache has: its GET (``pending``) is out, and the cached
+        plan is computed — and, when it only writes files, carried out — while the API server answers. The answer
+        decides: the same plan is kept; another one (a claim reallocated since the watch saw it) undoes the early
+        files and is carried out instead; an error undoes them and is raised. NICs and mdevs never move on a plan
+        the answer has not confirmed: a stale allocation may name another claim's."""
+        early: PreparePlan | None = None
+        applied = False
+        try:
+            with contextlib.suppress(ClaimError):  # the answer decides: the same error again, or a plan
+                early = self._plan(cached)
+            if early is not None and not early.nics and not early.mdevs:
+                self._apply(early)  # every file is named from the UID: nothing of another claim's is touched
+                applied = True
+        except BaseException:
+            pending.abandon()
+            raise
+        try:
+            fresh = compute_claim_plan(pending.result(), uid=ref.uid, driver=self.driver, node_name=self.node_name)
+        except BaseException:
+            if applied and early is not None:
+                self._undo(early)
+            raise
+        if early is not None and fresh == cached:
+            if not applied:
+                self._apply(early)
+            return early
+        if applied and early is not None:
+            self._undo(early)
+        plan = self._plan(fresh)
+        self._apply(plan)
+        return plan
+
+    def _plan(self, claim_plan: ClaimPlan) -> PreparePlan:
+        """The plan of a claim read from the API (or the cache), given what the checkpoint holds."""
+        known = self.claims.get(claim_plan.uid)
         published = [self._published(d.pool, d.device, request=d.request) for d in claim_plan.devices]
         configs = compute_device_configs(claim_plan, published)
         # A claim prepared before keeps its NICs as recorded; records become PreparedNics here, at the boundary.
@@ -228,9 +301,9 @@ class ClaimState:
             configs=configs,
             node_name=self.node_name,
             kept={n["device"]: prepared_nic(n) for n in known["nics"]} if known else {},
-            others=[prepared_nic(n) for uid, r in self.claims.items() if uid != ref.uid for n in r["nics"]],
+            others=[prepared_nic(n) for uid, r in self.claims.items() if uid != claim_plan.uid for n in r["nics"]],
         )
-        plan = compute_prepare_plan(
+        return compute_prepare_plan(
             claim=claim_plan,
             published=published,
             configs=configs,
@@ -243,18 +316,24 @@ class ClaimState:
             generation=(known["metadataGeneration"] if known else 0) + 1,
             now=render_time(),
         )
+
+    def _apply(self, plan: PreparePlan) -> None:
         apply_prepare_plan(plan, nic_netns=self.nic_netns, sysfs_root=self.paths.sysfs_root, crash=self.crash)
-        entries: list[JournalEntry] = [put_entry(plan.record)]
-        owed = None
-        if self.writes_device_status and self.outbox is not None:
-            owed = owed_status(uid=ref.uid, namespace=ref.namespace, name=ref.name, devices=list(plan.status_devices))
-            entries.append(owe_entry(owed))
-        self.crash.reached(CrashPoint.PREPARE_BEFORE_CHECKPOINT)
-        self.journal.commit(entries)
-        self.crash.reached(CrashPoint.PREPARE_AFTER_CHECKPOINT)
-        if owed is not None and self.outbox is not None:
-            self.outbox.owe(owed)  # written after the answer; owed in the journal until it is through
-        return plan.prepared
+
+    def _undo(self, plan: PreparePlan) -> None:
+        """Remove the files an early plan wrote (it moved no NIC and made no mdev)."""
+        record = plan.record
+        undo = compute_unprepare_plan(
+            driver=self.driver,
+            node_name=self.node_name,
+            uid=plan.uid,
+            namespace=record["namespace"],
+            name=record["name"],
+            record=record,
+            dirs=self.paths.dirs,
+            node_nics={},
+        )
+        apply_unprepare_plan(undo, nic_netns=self.nic_netns, sysfs_root=self.paths.sysfs_root)
 
     def _published(self, pool: str, device: str, *, request: str) -> PublishedDevice:
         found = self.lookup(pool, device)

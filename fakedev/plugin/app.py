@@ -22,6 +22,7 @@ from typing import Final
 from fakedev.driver.binding import compute_binding_updates
 from fakedev.driver.boot import read_boot_id
 from fakedev.driver.cdi_layout import cdi_layout_for
+from fakedev.driver.claim_cache import ClaimCache, ClaimWatch
 from fakedev.driver.core import ConcurrentDriver
 from fakedev.driver.crash import CrashAt, CrashSwitch
 from fakedev.driver.fsutil import PRIVATE_DIR_MODE, is_volatile_dir, make_dirs
@@ -85,6 +86,8 @@ class PluginSettings:
     """Kill the plugin at this crash point (``FAKEDEV_CRASH_AT``, for ``fakedev torture``); None: never."""
     watch_device_faults: bool = True
     """Apply the DeviceFault objects of this node and driver (needs the API server and the CRD)."""
+    cache_claims: bool = True
+    """List and watch ResourceClaims: a prepare plans while its GET is answered (:mod:`~fakedev.driver.claim_cache`)."""
 
 
 def choose_schema(inventory: NodeInventory, *, requested: Schema | None, profile: str) -> Schema:
@@ -162,6 +165,8 @@ class PluginApp:
     """None: no node namespace with NICs whose addresses the slices publish (only the dranet schema has one)."""
     fault_watch: FaultWatcher | None
     """None: no API server, or DeviceFaults switched off (``--no-device-faults``)."""
+    claim_watch: ClaimWatch | None
+    """None: no API server, or the claim cache switched off (``--no-claim-cache``, a fleet)."""
     build_started: float
     """``time.monotonic()`` when :meth:`build` began: start-up time is measured from there."""
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -208,6 +213,11 @@ class PluginApp:
         make_dirs(data_dir, mode=PRIVATE_DIR_MODE)
         sysfs_root = await asyncio.to_thread(_ensure_gpu_sysfs, inventory, schema=schema, root=data_dir / "sys")
         layout = cdi_layout_for(schema=schema, nvidia=inventory.profile.releases.nvidia, driver=driver)
+        claim_watch = (
+            ClaimWatch(api=api, cache=ClaimCache(driver=driver, node_name=s.node_name))
+            if api is not None and s.cache_claims
+            else None
+        )
         state = ClaimState(
             driver=driver,
             node_name=s.node_name,
@@ -233,6 +243,7 @@ class PluginApp:
             crash=CrashSwitch(armed=s.crash_at),
             # No release of the NVIDIA driver writes ResourceClaim status (docs/research/nvidia-releases.md).
             writes_device_status=schema != Schema.NVIDIA,
+            cache=claim_watch.cache if claim_watch is not None else None,
         )
         faults = Faults()
         core = ConcurrentDriver(state=state, lock_path=paths.serialize_lock, faults=faults)
@@ -294,6 +305,7 @@ class PluginApp:
             link_watcher=link_watcher,
             address_watcher=address_watcher,
             fault_watch=fault_watch,
+            claim_watch=claim_watch,
             build_started=started,
         )
 
@@ -345,6 +357,8 @@ class PluginApp:
             self.address_watcher.start()
         if self.binding is not None:
             self._tasks.append(asyncio.create_task(self.binding.run(), name="binding"))
+        if self.claim_watch is not None:
+            self.claim_watch.start()
         if self.fault_watch is not None:
             self._tasks.append(asyncio.create_task(self.fault_watch.run(), name="device-faults"))
         if self.publisher is not None:
@@ -403,6 +417,8 @@ class PluginApp:
         await self.control.stop()
         if self.fault_watch is not None:
             self.fault_watch.stop()
+        if self.claim_watch is not None:
+            self.claim_watch.stop()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -26,6 +26,7 @@ from fakedev.model.releases import NVIDIA_DEFAULT
 from fakedev.profiles import load_profile
 from fakedev.render import RenderedNode, Schema, render_node
 from kubeletapi.types import ClaimRef
+from tests.helpers import ReadLater
 
 NODE = "files"
 DRIVER = "gpu.example.com"
@@ -251,6 +252,12 @@ class _OneClaimApi:
 
     def __init__(self, ref: ClaimRef) -> None:
         self.ref, self.reads = ref, 0
+
+    def read_ahead_claim(self, *, namespace: str, name: str) -> None:
+        return None  # every read happens in the prepare's thread
+
+    def get_claim_later(self, *, namespace: str, name: str) -> ReadLater:
+        return ReadLater(read=lambda: self.get_claim(namespace=namespace, name=name))
 
     def get_claim(self, *, namespace: str, name: str) -> Any:
         self.reads += 1

@@ -22,6 +22,7 @@ from fakedev.model.releases import NVIDIA_DEFAULT
 from fakedev.profiles import load_profile
 from fakedev.render import RenderedNode, Schema, render_node
 from kubeletapi.types import ClaimRef
+from tests.helpers import ReadLater
 
 NODE = "concurrent"
 DRIVER = "gpu.example.com"
@@ -40,6 +41,12 @@ class GatedApi:
 
     def __post_init__(self) -> None:
         self.barrier = threading.Barrier(self.parties, timeout=10)
+
+    def read_ahead_claim(self, *, namespace: str, name: str) -> Any:
+        return None  # every read happens in the prepare's thread
+
+    def get_claim_later(self, *, namespace: str, name: str) -> ReadLater:
+        return ReadLater(read=lambda: self.get_claim(namespace=namespace, name=name))
 
     def get_claim(self, *, namespace: str, name: str) -> Any:
         self.barrier.wait()
@@ -131,4 +138,88 @@ def test_a_call_waits_while_another_instance_starts_up(rendered: RenderedNode, t
         assert caller.is_alive() and done == []
     caller.join(timeout=10)
     assert not done[0][CLAIMS[1].uid].error
+    driver.close()
+
+
+@dataclass
+class _Ahead:
+    """A GET sent ahead: records whether the prepare took its answer, or it was drained or abandoned."""
+
+    api: AheadApi
+    name: str
+    fate: str = ""
+
+    def result(self) -> Any:
+        self.fate = "taken"
+        return self.api.get_claim(namespace="ns", name=self.name)
+
+    def drain(self) -> None:
+        self.fate = self.fate or "drained"
+
+    def abandon(self) -> None:
+        self.fate = self.fate or "abandoned"
+
+
+@dataclass
+class AheadApi(GatedApi):
+    """Reads sent ahead, with the thread that sent each."""
+
+    sent: list[_Ahead] = field(default_factory=list)
+    threads: list[str] = field(default_factory=list)
+
+    def read_ahead_claim(self, *, namespace: str, name: str) -> _Ahead:
+        self.threads.append(threading.current_thread().name)
+        self.sent.append(_Ahead(api=self, name=name))
+        return self.sent[-1]
+
+
+def test_the_claim_get_goes_out_before_the_call_waits_for_its_lock(rendered: RenderedNode, tmp_path: Path) -> None:
+    api = AheadApi(parties=1)
+    driver = _driver(rendered, tmp_path, api)
+    driver.load()
+    ref = CLAIMS[2]
+
+    async def behind_a_held_lock() -> Any:
+        async with driver.locks.hold([ref.uid]):  # another call on the claim is under way
+            call = asyncio.create_task(driver.prepare([ref]))
+            while not api.sent:
+                await asyncio.sleep(0)
+            assert [a.name for a in api.sent] == [ref.name] and api.reads == []  # sent, not read yet
+        return await call
+
+    answer = asyncio.run(behind_a_held_lock())
+    assert not answer[ref.uid].error
+    assert [a.fate for a in api.sent] == ["taken"] and api.reads == [ref.name]
+    assert api.threads == [threading.main_thread().name]  # the event loop's, before the hop to a worker
+    driver.close()
+
+
+def test_a_read_ahead_the_prepare_did_not_need_is_drained(rendered: RenderedNode, tmp_path: Path) -> None:
+    api = AheadApi(parties=1)
+    driver = _driver(rendered, tmp_path, api)
+    driver.load()
+    driver.faults.prepare.fail_times = 1  # the call fails before it reads its claim
+    answer = asyncio.run(driver.prepare([CLAIMS[0]]))
+    assert answer[CLAIMS[0].uid].error == "injected fault"
+    assert [a.fate for a in api.sent] == ["drained"] and api.reads == []
+    driver.close()
+
+
+def test_a_call_cancelled_before_its_thread_abandons_its_read(rendered: RenderedNode, tmp_path: Path) -> None:
+    api = AheadApi(parties=1)
+    driver = _driver(rendered, tmp_path, api)
+    driver.load()
+    ref = CLAIMS[1]
+
+    async def cancelled_while_waiting() -> None:
+        async with driver.locks.hold([ref.uid]):
+            call = asyncio.create_task(driver.prepare([ref]))
+            while not api.sent:
+                await asyncio.sleep(0)
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+
+    asyncio.run(cancelled_while_waiting())
+    assert [a.fate for a in api.sent] == ["abandoned"] and api.reads == []
     driver.close()

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from kubeclient import ApiUnavailableError, Credentials, KubeClient
+from kubeclient.resources import RESOURCE_CLAIMS
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -117,3 +118,39 @@ def test_an_unreachable_server_is_an_api_unavailable_error(server: _Server) -> N
     client = KubeClient(Credentials(server=f"http://127.0.0.1:{port}"))
     with pytest.raises(ApiUnavailableError, match="API server unreachable"):
         client.request("GET", "/x")
+
+
+def test_gets_sent_ahead_are_answered_each_on_its_own_connection(server: _Server) -> None:
+    """Two GETs in flight at once (sent, answers not read yet) get their own answers; afterwards both connections
+    are kept for reuse."""
+    client = _client(server)
+    first = client.get_later(RESOURCE_CLAIMS, "a", namespace="ns")
+    second = client.get_later(RESOURCE_CLAIMS, "b", namespace="ns")
+    answers = [second.result(), first.result()]
+    assert [a["path"] for a in answers] == [
+        "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/b",
+        "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/a",
+    ]
+    assert answers[0]["port"] != answers[1]["port"]
+    reused = {client.request("GET", f"/r/{i}")["port"] for i in range(4)}
+    assert reused <= {a["port"] for a in answers}
+    client.close()
+
+
+def test_an_abandoned_get_closes_its_connection_and_the_next_request_uses_another(server: _Server) -> None:
+    client = _client(server)
+    pending = client.get_later(RESOURCE_CLAIMS, "a", namespace="ns")
+    pending.abandon()
+    server.wait_closed(1)  # its answer, unread, can never be taken for the next request's
+    assert client.request("GET", "/after")["path"] == "/after"
+    client.close()
+
+
+def test_a_get_sent_ahead_survives_the_server_closing_the_connection(server: _Server) -> None:
+    _Handler.close_after = True
+    client = _client(server)
+    paths = []
+    for i in range(20):
+        paths.append(client.get_later(RESOURCE_CLAIMS, f"c{i}", namespace="ns").result()["path"])
+    assert paths == [f"/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/c{i}" for i in range(20)]
+    client.close()

@@ -30,7 +30,7 @@ import fakedev.plugin.registration as registration_mod
 from fakedev.driver.core import ConcurrentDriver
 from fakedev.driver.state import ClaimState
 from fakedev.errors import ClaimError
-from fakedev.kube import DriverApi
+from fakedev.kube import DriverApi, PendingClaim
 from fakedev.plugin.health import HealthBoard
 from kubeletapi.types import ClaimRef, DeviceHealth, Health, PreparedDevice, PrepareResult
 
@@ -61,8 +61,8 @@ def _wrap_prepare(change: Callable[[ClaimRef, PrepareResult], PrepareResult]) ->
     driver answers from its checkpoint without a prepare)."""
     original, original_held = ClaimState.prepare, ClaimState.held
 
-    def prepare(self: ClaimState, ref: ClaimRef) -> PrepareResult:
-        return change(ref, original(self, ref))
+    def prepare(self: ClaimState, ref: ClaimRef, *, ahead: PendingClaim | None = None) -> PrepareResult:
+        return change(ref, original(self, ref, ahead=ahead))
 
     def held(self: ClaimState, ref: ClaimRef) -> PrepareResult | None:
         answer = original_held(self, ref)
@@ -169,8 +169,8 @@ def _wrap_plan(check: Callable[[Mapping[str, Any], str], Mapping[str, Any]]) -> 
 def prepare_unallocated() -> None:
     original = ClaimState.prepare
 
-    def prepare(self: ClaimState, ref: ClaimRef) -> PrepareResult:
-        result = original(self, ref)
+    def prepare(self: ClaimState, ref: ClaimRef, *, ahead: PendingClaim | None = None) -> PrepareResult:
+        result = original(self, ref, ahead=ahead)
         return PrepareResult() if "is not allocated" in result.error else result
 
     ClaimState.prepare = prepare  # type: ignore[method-assign]
@@ -246,11 +246,11 @@ def forget_on_restart() -> None:
         self.paths.checkpoint.unlink(missing_ok=True)
         return original_load(self)
 
-    def prepare(self: ClaimState, ref: ClaimRef) -> PrepareResult:
+    def prepare(self: ClaimState, ref: ClaimRef, *, ahead: PendingClaim | None = None) -> PrepareResult:
         leftover = any(ref.uid in p.name for p in self.paths.cdi_dir.iterdir())
         if leftover and ref.uid not in self.claims:
             return PrepareResult(error="stale state on disk for a claim this process does not know")
-        return original_prepare(self, ref)
+        return original_prepare(self, ref, ahead=ahead)
 
     ClaimState.load, ClaimState.prepare = load, prepare  # type: ignore[method-assign]
 

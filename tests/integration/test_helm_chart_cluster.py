@@ -265,6 +265,7 @@ ALLOWED: list[Question] = [
     ("update", "resource.k8s.io", "resourceslices", "", ""),
     ("delete", "resource.k8s.io", "resourceslices", "", ""),
     ("get", "resource.k8s.io", "resourceclaims", "", ""),
+    ("watch", "resource.k8s.io", "resourceclaims", "", ""),
     ("patch", "resource.k8s.io", "resourceclaims", "status", ""),
     ("update", "resource.k8s.io", "resourceclaims", "status", ""),
     ("associated-node:patch", "resource.k8s.io", "resourceclaims", "driver", "gpu.example.com"),

@@ -94,6 +94,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--hints-runs", type=int, default=3, help="runs per setting of SchedulerPreQueueingHints (3)")
     p.add_argument("--hints-nodes", type=int, default=100, help="nodes that appear in the scale-up (100)")
     p.add_argument(
+        "--plugin-log-level",
+        default="WARNING",
+        help="prepare section: log level of fakedev's plugins (default WARNING); at INFO each call is logged with "
+        "its time inside the plugin, and every driver's log is copied to the --out directory as driver-<key>.log",
+    )
+    p.add_argument(
         "--profile",
         action="store_true",
         help="sample fakedev's plugins with py-spy during the prepare latency run, and kube-apiserver's CPU (its Go "
@@ -207,6 +213,7 @@ def _prepare(
     cdi_on: str,
     out: Path,
     profile: bool,
+    plugin_log_level: str,
 ) -> None:
     with local_cluster() as cluster:
         kube = cluster.client
@@ -214,7 +221,7 @@ def _prepare(
         run = open_run_dir(purpose="bench")
         cdi_root = Path("/dev/shm" if cdi_on == "tmpfs" else run.path) / f"fakedev-bench-{run.run_id}-cdi"
         results["prepare_cdi_dirs_on"] = cdi_on
-        quiet = ("--log-level", "WARNING")
+        quiet = ("--log-level", plugin_log_level)
         gpus = NodeHardware.install(profile="dgx-h100", node_name="bench-gpu", nics=False)
         examples = NodeHardware.install(profile="seed-example", node_name="bench-fakedev-example")
         # The NIC node's namespaces carry the bench run's id, so the reaper takes them with the run.
@@ -278,6 +285,7 @@ def _prepare(
                         say=_say,
                         cdi_root=cdi_root,
                         profile_dir=out if profile else None,
+                        log_dir=out if plugin_log_level.upper() != "WARNING" else None,
                     )
                     m = measured[subject.key]
                     _say(f"{subject.title}: prepare p50 {m.prepare.p50_ms} ms, p99 {m.prepare.p99_ms} ms")
@@ -587,6 +595,7 @@ def _run(args: argparse.Namespace) -> int:
             cdi_on=args.cdi_on,
             out=out,
             profile=args.profile,
+            plugin_log_level=args.plugin_log_level,
         ),
         "scale": lambda: _scale(
             results,

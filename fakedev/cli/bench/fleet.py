@@ -112,6 +112,7 @@ async def run_fleet(args: argparse.Namespace) -> None:
                 credentials=credentials,
                 # A thousand watches would measure the watch cache, not the fleet (and share one client's pool).
                 watch_device_faults=False,
+                cache_claims=False,
             ),
             client=plugin_client,
             inventory=inventory,

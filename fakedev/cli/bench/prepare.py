@@ -199,9 +199,11 @@ async def measure_subject(
     say: Say,
     cdi_root: Path,
     profile_dir: Path | None = None,
+    log_dir: Path | None = None,
 ) -> SubjectResult:
     """``cdi_root``: where the subject's CDI dir goes (a tmpfs, like a real node's /var/run/cdi, unless asked
-    otherwise). ``profile_dir``: sample the driver with py-spy during the latency run (Python drivers only)."""
+    otherwise). ``profile_dir``: sample the driver with py-spy during the latency run (Python drivers only).
+    ``log_dir``: where the driver's log is copied when it has stopped (``driver-<key>.log``)."""
     claims = min(claims, subject.claims or claims)
     root = run.path / subject.key
     await asyncio.to_thread(register_node, kube, name=subject.node, declared_features=DECLARED_FEATURES)
@@ -246,6 +248,8 @@ async def measure_subject(
         return result
     finally:
         driver.stop()
+        if log_dir is not None and driver.log_path.exists():
+            shutil.copyfile(driver.log_path, log_dir / f"driver-{subject.key}.log")
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await manager.close()

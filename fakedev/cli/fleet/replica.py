@@ -148,6 +148,7 @@ class FleetReplica:
                     cdi_dir=layout.cdi,
                     credentials=self.credentials,
                     watch_device_faults=s.device_faults,
+                    cache_claims=False,  # nothing prepares on a fleet's nodes; a watch per node would cost
                 ),
                 client=self._plugin_client(schema.driver),
             )
