@@ -1,9 +1,9 @@
 """Writing and removing spec files in a CDI directory, atomically and only inside that directory.
 
 A runtime may scan the directory at any moment, so a spec file must appear whole or not at all: we validate, write a
-hidden temp file in the same directory (same filesystem, so the rename is atomic; not ``.json``/``.yaml``, so
-scanners skip it), fsync it, rename it over the target and fsync the directory so the rename survives a crash
-(both fsyncs are skipped with ``durable=False``, for callers that detect a power cut otherwise).
+hidden temp file in the same directory (:mod:`cdi.files`; same filesystem, so the rename is atomic; not
+``.json``/``.yaml``, so scanners skip it), fsync it, rename it over the target and fsync the directory so the rename
+survives a crash (both fsyncs are skipped with ``durable=False``, for callers that detect a power cut otherwise).
 File names come from the caller and must be plain names: anything that could land outside the directory is refused.
 
 A writer killed between creating the temp file and the rename leaves it behind; :func:`remove_temp_files` collects
@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
@@ -24,6 +23,7 @@ from typing import Final
 import yaml
 
 from cdi.errors import PathEscapeError, WriteError
+from cdi.files import write_new_temp_file
 from cdi.loader import SPEC_SUFFIXES, format_for
 from cdi.spec import Spec
 from cdi.validate import validate_spec
@@ -84,11 +84,17 @@ def _temp_prefix(file_name: str) -> str:
     return f".{file_name}."
 
 
+def _write_temp(directory: str, *, file_name: str, data: bytes, durable: bool) -> str:
+    return write_new_temp_file(
+        directory, prefix=_temp_prefix(file_name), suffix=_TEMP_SUFFIX, data=data, mode=SPEC_FILE_MODE, sync=durable
+    )
+
+
 def _temp_owner(name: str) -> str | None:
     """The spec file name a temp file was made for (``.<file>.<random>.tmp``), or None if it is not one of ours."""
     if not (name.startswith(".") and name.endswith(_TEMP_SUFFIX)):
         return None
-    owner, dot, _random = name[1 : -len(_TEMP_SUFFIX)].rpartition(".")  # mkstemp's random part has no "."
+    owner, dot, _random = name[1 : -len(_TEMP_SUFFIX)].rpartition(".")  # the random part has no "."
     return owner if dot and owner else None
 
 
@@ -124,19 +130,17 @@ def write_spec(
         raise WriteError(f"spec file name {file_name!r} must end in .json or .yaml, or runtimes will not read it")
     validate_spec(spec, source=str(target))
     data = render_spec_text(spec, path=target).encode()
+    directory = str(cdi_dir)
     try:
-        _make_dirs(cdi_dir)
-        fd, temp_name = tempfile.mkstemp(prefix=_temp_prefix(file_name), suffix=_TEMP_SUFFIX, dir=cdi_dir)
+        try:
+            temp_name = _write_temp(directory, file_name=file_name, data=data, durable=durable)
+        except FileNotFoundError:  # the directory is made on first use (or after a hand removed it)
+            _make_dirs(cdi_dir)
+            temp_name = _write_temp(directory, file_name=file_name, data=data, durable=durable)
     except OSError as exc:
-        raise WriteError(f"cannot create a temp file in CDI directory {cdi_dir}: {exc}") from exc
+        raise WriteError(f"cannot write a temp file in CDI directory {cdi_dir}: {exc}") from exc
     temp = Path(temp_name)
     try:
-        with os.fdopen(fd, "wb") as stream:
-            os.fchmod(stream.fileno(), SPEC_FILE_MODE)  # mkstemp makes 0600
-            stream.write(data)
-            stream.flush()
-            if durable:
-                os.fsync(stream.fileno())
         if before_rename is not None:
             before_rename(temp)
         temp.replace(target)

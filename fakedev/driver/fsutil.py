@@ -15,10 +15,11 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
+
+from cdi.files import write_new_temp_file
 
 DIR_MODE: Final = 0o755
 """Directories others (the runtime, inspection tools, a container's bind mount) read."""
@@ -27,7 +28,7 @@ FILE_MODE: Final = 0o644
 PRIVATE_FILE_MODE: Final = 0o600
 TEMP_SUFFIX: Final = ".tmp"
 _TEMP_RANDOM: Final = re.compile(r"^[A-Za-z0-9_]+$")
-"""What ``mkstemp`` puts between prefix and suffix."""
+"""What a temp file's name has between prefix and suffix (hex from :mod:`cdi.files`; older ones: ``mkstemp``'s)."""
 
 VOLATILE_FS_TYPES: Final = frozenset({"tmpfs", "ramfs"})
 """File systems a power cut empties (a node's /var/run/cdi is one)."""
@@ -37,20 +38,23 @@ BeforeRename = Callable[[Path], None]
 
 
 def make_dirs(path: Path, *, mode: int) -> None:
-    """Create ``path`` and its missing parents, each with exactly ``mode``; existing directories are left alone."""
-    missing: list[Path] = []
-    here = path
-    while not here.is_dir():
-        missing.append(here)
-        if here.parent == here:
-            break
-        here = here.parent
-    for directory in reversed(missing):
+    """Create ``path`` and its missing parents, each with exactly ``mode``; existing directories are left alone.
+
+    ``mkdir`` first, parents only when it says they are missing: a prepare makes a new claim directory under an
+    existing root, and a ``stat`` of every level first cost more than the directories themselves."""
+    try:
+        path.mkdir(mode=mode)
+    except FileExistsError:
+        return  # there already (or made meanwhile by another instance: theirs, with their mode)
+    except FileNotFoundError:
+        if path.parent == path:
+            raise
+        make_dirs(path.parent, mode=mode)
         try:
-            directory.mkdir(mode=mode)
+            path.mkdir(mode=mode)
         except FileExistsError:
-            continue  # made meanwhile by another instance: theirs, with their mode
-        directory.chmod(mode)  # mkdir's mode went through the umask
+            return
+    path.chmod(mode)  # mkdir's mode went through the umask
 
 
 def write_new_file(path: Path, data: bytes, *, mode: int) -> None:
@@ -89,16 +93,14 @@ def atomic_write(
     Missing parent directories are made with ``dir_mode``. ``sync=False``: the caller fsyncs the directory once
     after several writes (:func:`fsync_dir`). ``durable=False``: no fsync at all — for files whose loss in a power
     cut is noticed and repaired (a process crash cannot tear them either way: the rename is atomic)."""
-    make_dirs(path.parent, mode=dir_mode)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
+    directory, prefix = str(path.parent), f".{path.name}."
+    try:
+        tmp_name = write_new_temp_file(directory, prefix=prefix, suffix=TEMP_SUFFIX, data=data, mode=mode, sync=durable)
+    except FileNotFoundError:  # the directory is made on first use: one failed open is cheaper than a stat each time
+        make_dirs(path.parent, mode=dir_mode)
+        tmp_name = write_new_temp_file(directory, prefix=prefix, suffix=TEMP_SUFFIX, data=data, mode=mode, sync=durable)
     tmp = Path(tmp_name)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fchmod(f.fileno(), mode)
-            if durable:
-                os.fsync(f.fileno())
         if before_rename is not None:
             before_rename(tmp)
         tmp.replace(path)

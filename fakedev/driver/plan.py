@@ -118,6 +118,8 @@ class UnpreparePlan:
     cdi_dir: Path
     metadata_dir: Path | None
     """The claim's own metadata directory; None: its record names none."""
+    metadata_files: tuple[Path, ...] = ()
+    """The files in ``metadata_dir`` its record names (empty without a record: the directory is walked)."""
     legacy_metadata_dir: Path | None
     """For a claim without a record: the directory an older plugin would have used, removed only if its files name
     this claim's UID (a re-created claim of the same name may own it now)."""
@@ -412,9 +414,12 @@ def compute_unprepare_plan(
     (and the metadata directory from the namespace, name and UID), so they are found even when the plugin died
     before recording the claim, and never include another claim's; so is the MAC of a NIC it configured.
     ``node_nics``: the node's NICs by device name (empty for a driver without NICs)."""
+    metadata_files: tuple[Path, ...] = ()
     if record is not None:
         recorded = _recorded_metadata_dir(record)
         metadata_dir, legacy = (dirs.metadata_root / recorded if recorded else None), None
+        if metadata_dir is not None:
+            metadata_files = _recorded_metadata_files(record, claim_dir=metadata_dir)
     else:
         metadata_dir = dirs.metadata_root / metadata.host_claim_dir_name(namespace=namespace, name=name, uid=uid)
         legacy = dirs.metadata_root / metadata.legacy_claim_dir_name(namespace=namespace, name=name)
@@ -425,6 +430,7 @@ def compute_unprepare_plan(
         metadata_spec_files=tuple(record["cdiSpecFiles"]) if record else None,
         cdi_dir=dirs.cdi_dir,
         metadata_dir=metadata_dir,
+        metadata_files=metadata_files,
         legacy_metadata_dir=legacy,
         # Without fsync a power cut may bring a removed file back: named from this UID, it is one no claim uses.
         sync_dirs=(dirs.cdi_dir, dirs.metadata_root) if dirs.synced else (),
@@ -453,8 +459,13 @@ def compute_recorded_files(record: ClaimRecord, *, dirs: PrepareDirs, base_spec:
     recorded = _recorded_metadata_dir(record)
     if not recorded:
         return specs
+    return (*specs, *_recorded_metadata_files(record, claim_dir=dirs.metadata_root / recorded))
+
+
+def _recorded_metadata_files(record: ClaimRecord, *, claim_dir: Path) -> tuple[Path, ...]:
+    """The metadata file of each top-level request of a recorded claim, in its metadata directory."""
     requests = dict.fromkeys(metadata.top_level_request(r) for d in record["devices"] for r in d["requestNames"])
-    return (*specs, *(dirs.metadata_root / recorded / r / metadata.HOST_FILE_NAME for r in requests))
+    return tuple(claim_dir / r / metadata.HOST_FILE_NAME for r in requests)
 
 
 def _recorded_metadata_dir(record: ClaimRecord) -> str:

@@ -1,0 +1,55 @@
+"""Removing a claim's metadata directory on unprepare: the recorded files without a walk, anything else by one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fakedev.driver.apply import remove_claim_dir
+from fakedev.driver.fsutil import make_dirs
+
+
+def _tree(root: Path, *names: str) -> list[Path]:
+    files = []
+    for name in names:
+        path = root / name
+        make_dirs(path.parent, mode=0o755)
+        path.write_text("{}")
+        files.append(path)
+    return files
+
+
+def test_the_recorded_files_and_their_directories_go(tmp_path: Path) -> None:
+    claim_dir = tmp_path / "ns_c_uid"
+    files = _tree(claim_dir, "gpu/metadata.json", "nic/metadata.json")
+    remove_claim_dir(claim_dir, files=tuple(files))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_nobody_recorded_does_not_keep_the_directory(tmp_path: Path) -> None:
+    claim_dir = tmp_path / "ns_c_uid"
+    recorded = _tree(claim_dir, "gpu/metadata.json")
+    _tree(claim_dir, "gpu/.metadata.json.0a1b2c3d4e.tmp", "old-layout/metadata.json")
+    remove_claim_dir(claim_dir, files=tuple(recorded))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_directory_already_gone_is_no_error(tmp_path: Path) -> None:
+    claim_dir = tmp_path / "ns_c_uid"
+    remove_claim_dir(claim_dir, files=(claim_dir / "gpu" / "metadata.json",))
+    assert not claim_dir.exists()
+
+
+def test_make_dirs_makes_every_missing_level_with_its_mode_and_leaves_existing_ones(tmp_path: Path) -> None:
+    existing = tmp_path / "root"
+    existing.mkdir(mode=0o700)
+    existing.chmod(0o700)
+    leaf = existing / "a" / "b" / "c"
+    make_dirs(leaf, mode=0o751)
+    assert [oct(p.stat().st_mode & 0o777) for p in (existing, leaf.parent.parent, leaf.parent, leaf)] == [
+        "0o700",
+        "0o751",
+        "0o751",
+        "0o751",
+    ]
+    make_dirs(leaf, mode=0o755)  # there already: untouched
+    assert oct(leaf.stat().st_mode & 0o777) == "0o751"
