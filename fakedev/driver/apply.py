@@ -26,6 +26,7 @@ from fakedev.driver import cdi_edits, metadata
 from fakedev.driver.crash import CrashPoint, CrashSwitch
 from fakedev.driver.fsutil import DIR_MODE, atomic_write, fsync_dir, make_dirs
 from fakedev.driver.plan import PreparePlan, SpecFile, UnpreparePlan
+from fakedev.driver.trash import Trash
 from fakedev.nics import host as nic_host
 
 FAKE_NODE_MODE: Final = 0o660
@@ -100,8 +101,14 @@ def write_base_spec(spec: SpecFile, *, cdi_dir: Path, sync: bool = True) -> None
 
 
 def apply_unprepare_plan(
-    plan: UnpreparePlan, *, nic_netns: str | None, sysfs_root: Path | None, crash: CrashSwitch = UNARMED
+    plan: UnpreparePlan,
+    *,
+    nic_netns: str | None,
+    sysfs_root: Path | None,
+    crash: CrashSwitch = UNARMED,
+    trash: Trash | None = None,
 ) -> None:
+    """``trash``: where the claim's metadata directory goes, to be deleted behind (None: deleted here)."""
     # Temp files of writes a crash cut short are collected at start-up: no listing of the CDI directory here.
     for name in plan.claim_spec_files:
         cdi.remove_spec(cdi_dir=plan.cdi_dir, file_name=name, sync=False, collect_temps=False)
@@ -113,7 +120,11 @@ def apply_unprepare_plan(
         cdi.remove_specs_with_prefix(cdi_dir=plan.cdi_dir, prefix=plan.metadata_spec_prefix, sync=False)
     crash.reached(CrashPoint.UNPREPARE_AFTER_METADATA_SPECS)
     if plan.metadata_dir is not None:
-        remove_claim_dir(plan.metadata_dir, files=plan.metadata_files)
+        files = plan.metadata_files
+        if trash is None:
+            remove_claim_dir(plan.metadata_dir, files=files)
+        else:
+            trash.discard(plan.metadata_dir, remove_in_place=lambda d: remove_claim_dir(d, files=files))
     if plan.legacy_metadata_dir is not None and _belongs_to(plan.legacy_metadata_dir, uid=plan.uid):
         shutil.rmtree(plan.legacy_metadata_dir, ignore_errors=True)
     crash.reached(CrashPoint.UNPREPARE_AFTER_METADATA_DIR)

@@ -54,6 +54,7 @@ from fakedev.driver.plan import (
     compute_unprepare_plan,
 )
 from fakedev.driver.status_outbox import StatusOutbox, owed_status
+from fakedev.driver.trash import TRASH_DIR_NAME, Trash
 from fakedev.errors import ClaimError, KubeApiError
 from fakedev.kube import DriverApi, PendingClaim
 from fakedev.nics.plan import HostNic
@@ -122,6 +123,7 @@ class ClaimState:
     cache: ClaimCache | None = None
     """Claims as a watch last showed them: a head start for prepares, never their only read."""
     journal: ClaimJournal = field(init=False)
+    trash: Trash = field(init=False)
     outbox: StatusOutbox | None = field(init=False)
     """None without an API server (nothing to write to)."""
 
@@ -131,6 +133,7 @@ class ClaimState:
             before_compact_rename=self.crash.before_rename(CrashPoint.CHECKPOINT_TEMP),
             before_sync=lambda: self.crash.reached(CrashPoint.CHECKPOINT_APPEND),
         )
+        self.trash = Trash(root=self.paths.plugin_data_dir / TRASH_DIR_NAME)
         self.outbox = StatusOutbox(journal=self.journal, api=self.api, crash=self.crash) if self.api else None
 
     @property
@@ -148,6 +151,7 @@ class ClaimState:
         for directory in (self.paths.cdi_dir, self.paths.metadata_root, self.paths.dev_root):
             make_dirs(directory, mode=DIR_MODE)
         self.journal.open()
+        self.trash.empty()  # metadata directories a stopped or killed plugin had not deleted yet
         removed = self.collect_temp_files()
         if self.base_spec is not None:
             write_base_spec(self.base_spec, cdi_dir=self.paths.cdi_dir)
@@ -159,6 +163,7 @@ class ClaimState:
         """Stop the status writers (what they owe stays in the journal) and close the journal."""
         if self.outbox is not None:
             self.outbox.stop()
+        self.trash.close()
         self.journal.close()
 
     def collect_temp_files(self) -> list[Path]:
@@ -371,7 +376,9 @@ class ClaimState:
             dirs=self.paths.dirs,
             node_nics=self.node_nics,
         )
-        apply_unprepare_plan(plan, nic_netns=self.nic_netns, sysfs_root=self.paths.sysfs_root, crash=self.crash)
+        apply_unprepare_plan(
+            plan, nic_netns=self.nic_netns, sysfs_root=self.paths.sysfs_root, crash=self.crash, trash=self.trash
+        )
         if record is None:
             return ""  # nothing recorded, so no status of ours was ever owed: no journal entry, no API call
         # A status write not yet sent is withdrawn (no API call); one that may be in the claim is cleared later.

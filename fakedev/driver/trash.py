@@ -1,0 +1,95 @@
+"""Directories an unprepare removes, taken off its critical path: renamed into a trash directory, deleted behind.
+
+A claim's metadata directory lives on the node's disk, where each ``rmdir`` costs about 60 µs (ext4, idle) and an
+unprepare made two; a rename into the trash costs one tenth of that and takes the directory out of the metadata
+tree at once (containers mount it by path; none runs any more when unprepare is called). A thread deletes what the
+trash holds; whatever a stop or a crash leaves there is deleted when the state is loaded again. The trash sits in
+the plugin's own data directory, next to the metadata tree, so the rename never crosses file systems; when it fails
+anyway the directory is removed in place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import secrets
+import shutil
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from fakedev.driver.fsutil import PRIVATE_DIR_MODE, make_dirs
+
+log = logging.getLogger("fakedev.driver.trash")
+
+TRASH_DIR_NAME: Final = "trash"
+_STOP: Final = Path()
+"""Queued to end the deleting thread."""
+
+
+@dataclass(kw_only=True)
+class Trash:
+    """Mutable on purpose: the trash directory, its deleting thread and what waits for it."""
+
+    root: Path
+    _queue: queue.SimpleQueue[Path] = field(default_factory=queue.SimpleQueue)
+    _thread: threading.Thread | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def empty(self) -> int:
+        """Delete everything in the trash now (start-up: what a stopped or killed plugin left); returns how many."""
+        try:
+            entries = list(self.root.iterdir())
+        except FileNotFoundError:
+            return 0
+        for entry in entries:
+            _delete(entry)
+        return len(entries)
+
+    def discard(self, directory: Path, *, remove_in_place: Callable[[Path], None]) -> None:
+        """Take ``directory`` away now and delete it later; a directory that is not there is no error.
+        ``remove_in_place``: what to do when the rename fails (the trash cannot be made, another file system)."""
+        target = self.root / f"{directory.name}.{secrets.token_hex(4)}"
+        try:
+            try:
+                directory.rename(target)
+            except FileNotFoundError:
+                if not directory.exists():
+                    return  # removed already (an unprepare again, after a crash)
+                make_dirs(self.root, mode=PRIVATE_DIR_MODE)  # the trash is made on first use
+                directory.rename(target)
+        except OSError as exc:
+            log.debug("trash: removing in place", extra={"fields": {"dir": str(directory), "error": str(exc)}})
+            remove_in_place(directory)
+            return
+        self._queue.put(target)
+        self._ensure_thread()
+
+    def close(self) -> None:
+        """End the deleting thread once it has deleted what was queued before."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            self._queue.put(_STOP)
+            thread.join(timeout=5)
+
+    def _ensure_thread(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="trash", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while (entry := self._queue.get()) is not _STOP:
+            _delete(entry)
+
+
+def _delete(entry: Path) -> None:
+    if entry.is_dir() and not entry.is_symlink():
+        shutil.rmtree(entry, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            entry.unlink()
