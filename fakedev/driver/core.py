@@ -1,9 +1,10 @@
-"""The asynchronous face of the driver: one claim's calls in order, different claims' at the same time.
+"""The driver as the DRA server's worker threads call it: one claim's calls in order, different claims' at once.
 
 Each claim has its own lock while a call works on it (a call naming several claims takes theirs in UID order, so
-two calls never wait on each other in a circle); calls on different claims run side by side in threads, and their
-checkpoint records share one fsync (:mod:`fakedev.driver.journal`). A claim's calls take its lock in the order they
-arrive. A prepare of claims already held with their files in place only reads: it needs no lock but its claims'.
+two calls never wait on each other in a circle); calls on different claims run side by side, each in the server
+thread that received it (no hop to another thread and back: each cost a wake-up), and their checkpoint records
+share one fsync (:mod:`fakedev.driver.journal`). A claim's calls take its lock in the order they arrive. A prepare
+of claims already held with their files in place only reads: it needs no lock but its claims'.
 
 Across processes — the two instances of a rolling update — only two things must stay serialized, and only they
 are: appends to the checkpoint journal (its own ``flock``), and start-up, which collects the temp files of writes a
@@ -13,11 +14,11 @@ shared; loading the state holds it exclusive.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import fcntl
 import os
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,35 +41,64 @@ def _file_lock(path: Path, *, shared: bool) -> Iterator[None]:
 
 
 @dataclass(kw_only=True)
+class _TicketLock:
+    """A lock that its waiters take in the order they came (``threading.Lock`` promises no order)."""
+
+    _cond: threading.Condition = field(default_factory=threading.Condition)
+    _issued: int = 0
+    _serving: int = 0
+
+    def acquire(self) -> None:
+        with self._cond:
+            ticket = self._issued
+            self._issued += 1
+            while self._serving != ticket:
+                self._cond.wait()
+
+    def release(self) -> None:
+        with self._cond:
+            self._serving += 1
+            self._cond.notify_all()
+
+
+@dataclass(kw_only=True)
 class ClaimLocks:
-    """Mutable on purpose: an asyncio lock per claim UID while anyone holds or waits for it."""
+    """Mutable on purpose: a first-come-first-served lock per claim UID while anyone holds or waits for it."""
 
-    _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    _locks: dict[str, _TicketLock] = field(default_factory=dict)
     _users: dict[str, int] = field(default_factory=dict)
+    _guard: threading.Lock = field(default_factory=threading.Lock)
 
-    @contextlib.asynccontextmanager
-    async def hold(self, uids: Sequence[str]) -> AsyncIterator[None]:
+    @contextlib.contextmanager
+    def hold(self, uids: Sequence[str]) -> Iterator[None]:
         ordered = sorted(set(uids))
-        for uid in ordered:
-            self._users[uid] = self._users.get(uid, 0) + 1
-            self._locks.setdefault(uid, asyncio.Lock())
-        taken: list[asyncio.Lock] = []
-        try:
+        with self._guard:
             for uid in ordered:
-                lock = self._locks[uid]
-                await lock.acquire()
+                self._users[uid] = self._users.get(uid, 0) + 1
+                self._locks.setdefault(uid, _TicketLock())
+            locks = [self._locks[uid] for uid in ordered]
+        taken: list[_TicketLock] = []
+        try:
+            for lock in locks:
+                lock.acquire()
                 taken.append(lock)
             yield
         finally:
             for lock in taken:
                 lock.release()
-            for uid in ordered:
-                self._users[uid] -= 1
-                if not self._users[uid]:  # nobody holds or waits: forget it, so the map stays as small as the work
-                    del self._users[uid], self._locks[uid]
+            with self._guard:
+                for uid in ordered:
+                    self._users[uid] -= 1
+                    if not self._users[uid]:  # nobody holds or waits: forget it, so the map stays as small as the work
+                        del self._users[uid], self._locks[uid]
 
     def held(self) -> int:
         return len(self._locks)
+
+    def users(self, uid: str) -> int:
+        """Calls holding or waiting for ``uid``'s lock."""
+        with self._guard:
+            return self._users.get(uid, 0)
 
 
 @dataclass(kw_only=True)
@@ -109,33 +139,21 @@ class ConcurrentDriver:
             return {c.uid: PrepareResult(error=error) for c in claims}
         return {uid: a for uid, a in answers.items() if a is not None}
 
-    def _answer_or_prepare(
-        self, claims: Sequence[ClaimRef], *, handed: dict[str, PendingClaim]
-    ) -> dict[str, PrepareResult]:
-        # Claims already held are answered without the instances' lock: a start-up (another instance's) must not
-        # hold up the answers a restarted kubelet asks for, which need neither the API nor a write. One thread hop
-        # for both ways: each hop costs a wake-up of the event loop.
-        ahead = dict(handed)
-        handed.clear()  # this thread's now: the caller gives up only those it never handed over
+    def prepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]:
+        # Each unheld claim's GET goes out first, before the call waits for its claims' locks: it is needed in any
+        # case, and the API server answers while the call waits.
+        ahead = {c.uid: p for c in claims if (p := self.state.read_ahead(c)) is not None}
         try:
-            if (held := self._answer_held(claims)) is not None:
-                return held
-            return self._prepare_all(claims, ahead=ahead)
+            with self.locks.hold([c.uid for c in claims]):
+                # Claims already held are answered without the instances' lock: a start-up (another instance's)
+                # must not hold up the answers a restarted kubelet asks for, which need neither the API nor a write.
+                if (held := self._answer_held(claims)) is not None:
+                    return held
+                return self._prepare_all(claims, ahead=ahead)
         finally:
             for pending in ahead.values():
                 pending.drain()  # a read no prepare needed (held meanwhile, a fault): its connection is kept
 
-    async def prepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]:
-        # Each unheld claim's GET goes out now, before the lock and the thread hop: it is needed in any case, and
-        # the API server answers while the call waits.
-        ahead = {c.uid: p for c in claims if (p := self.state.read_ahead(c)) is not None}
-        try:
-            async with self.locks.hold([c.uid for c in claims]):
-                return await asyncio.to_thread(self._answer_or_prepare, claims, handed=ahead)
-        finally:
-            for pending in ahead.values():
-                pending.abandon()  # cancelled before its thread took it
-
-    async def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, str]:
-        async with self.locks.hold([c.uid for c in claims]):
-            return await asyncio.to_thread(self._unprepare_all, claims)
+    def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, str]:
+        with self.locks.hold([c.uid for c in claims]):
+            return self._unprepare_all(claims)

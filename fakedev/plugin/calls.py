@@ -15,7 +15,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypedDict
@@ -82,65 +82,78 @@ def _claims(request: Any) -> int | None:
     return None if claims is None else len(claims)
 
 
-def _code(context: aio.ServicerContext[Any, Any], *, failed: bool) -> str:
-    code = context.code()
+def _code(context: aio.ServicerContext[Any, Any] | grpc.ServicerContext, *, failed: bool) -> str:
+    code = context.code()  # type: ignore[union-attr]  # the threaded server's context has it too (grpc 1.38+)
     if isinstance(code, grpc.StatusCode):
         return code.name
     return "UNKNOWN" if failed else "OK"
 
 
-class CallRecorder(aio.ServerInterceptor):
-    """Wraps each unary and server-streaming handler so that its call is written to a :class:`CallLog`."""
+def _wrapped(handler: grpc.RpcMethodHandler[Any, Any] | None, *, recorder: _Recording, full_method: str) -> Any:
+    if handler is None:
+        return handler
+    service, method = _split(full_method)
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(
+            recorder.unary(handler.unary_unary, service=service, method=method),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(
+            recorder.stream(handler.unary_stream, service=service, method=method),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    return handler  # no client-streaming calls in the kubelet's APIs
+
+
+class _Recording:
+    """The records of one server's calls; :meth:`unary` and :meth:`stream` wrap a method's behaviour."""
 
     def __init__(self, *, log: CallLog) -> None:
         self._log = log
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
-        service, method = _split(handler_call_details.method)
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                self._unary(handler.unary_unary, service=service, method=method),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                self._stream(handler.unary_stream, service=service, method=method),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        return handler  # no client-streaming calls in the kubelet's APIs
+    def opened(self, request: Any, *, service: str, method: str, event: str) -> CallRecord:
+        record: CallRecord = {"t": time.time(), "service": service, "method": method, "event": event}
+        if event == "call" and (claims := _claims(request)) is not None:
+            record["claims"] = claims
+        if event == "opened":
+            self._log.write(record)
+        return record
 
-    def _unary(self, behavior: Any, *, service: str, method: str) -> Any:
+    def ended(self, record: CallRecord, *, started: float, code: str) -> None:
+        if record["event"] == "opened":
+            record = {"t": time.time(), "service": record["service"], "method": record["method"], "event": "ended"}
+        record["code"] = code
+        record["ms"] = round((time.monotonic() - started) * 1e3, 3)
+        self._log.write(record)
+
+    def unary(self, behavior: Any, *, service: str, method: str) -> Any:
+        raise NotImplementedError
+
+    def stream(self, behavior: Any, *, service: str, method: str) -> Any:
+        raise NotImplementedError
+
+
+class _AsyncRecording(_Recording):
+    def unary(self, behavior: Any, *, service: str, method: str) -> Any:
         async def recorded(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
-            record: CallRecord = {"t": time.time(), "service": service, "method": method, "event": "call"}
-            if (claims := _claims(request)) is not None:
-                record["claims"] = claims
-            started = time.monotonic()
-            failed = True
+            record = self.opened(request, service=service, method=method, event="call")
+            started, failed = time.monotonic(), True
             try:
                 response = await behavior(request, context)
                 failed = False
                 return response
             finally:
-                record["code"] = _code(context, failed=failed)
-                record["ms"] = round((time.monotonic() - started) * 1e3, 3)
-                self._log.write(record)
+                self.ended(record, started=started, code=_code(context, failed=failed))
 
         return recorded
 
-    def _stream(self, behavior: Any, *, service: str, method: str) -> Any:
+    def stream(self, behavior: Any, *, service: str, method: str) -> Any:
         async def recorded(request: Any, context: aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
-            started = time.monotonic()
-            self._log.write({"t": time.time(), "service": service, "method": method, "event": "opened"})
-            code = None
+            record = self.opened(request, service=service, method=method, event="opened")
+            started, code = time.monotonic(), None
             try:
                 async for item in behavior(request, context):
                     yield item
@@ -151,15 +164,71 @@ class CallRecorder(aio.ServerInterceptor):
                 code = _code(context, failed=True)
                 raise
             finally:
-                self._log.write(
-                    {
-                        "t": time.time(),
-                        "service": service,
-                        "method": method,
-                        "event": "ended",
-                        "code": code or _code(context, failed=False),
-                        "ms": round((time.monotonic() - started) * 1e3, 3),
-                    }
-                )
+                self.ended(record, started=started, code=code or _code(context, failed=False))
 
         return recorded
+
+
+class _ThreadedRecording(_Recording):
+    def unary(self, behavior: Any, *, service: str, method: str) -> Any:
+        def recorded(request: Any, context: grpc.ServicerContext) -> Any:
+            record = self.opened(request, service=service, method=method, event="call")
+            started, failed = time.monotonic(), True
+            try:
+                response = behavior(request, context)
+                failed = False
+                return response
+            finally:
+                self.ended(record, started=started, code=_code(context, failed=failed))
+
+        return recorded
+
+    def stream(self, behavior: Any, *, service: str, method: str) -> Any:
+        def recorded(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+            record = self.opened(request, service=service, method=method, event="opened")
+            started, code = time.monotonic(), None
+            try:
+                yield from behavior(request, context)
+                if not context.is_active():
+                    code = "CANCELLED"  # the kubelet went away or closed the stream
+            except GeneratorExit:
+                code = "CANCELLED"  # the server dropped the stream: the kubelet went away, or we stop
+                raise
+            except BaseException:
+                code = _code(context, failed=True)
+                raise
+            finally:
+                self.ended(record, started=started, code=code or _code(context, failed=False))
+
+        return recorded
+
+
+class CallRecorder(aio.ServerInterceptor):
+    """For an asyncio server: wraps each unary and server-streaming handler so that its call is written to a
+    :class:`CallLog`."""
+
+    def __init__(self, *, log: CallLog) -> None:
+        self._recording = _AsyncRecording(log=log)
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        handler = await continuation(handler_call_details)
+        return _wrapped(handler, recorder=self._recording, full_method=handler_call_details.method)  # type: ignore[no-any-return]
+
+
+class ThreadedCallRecorder(grpc.ServerInterceptor):
+    """The same for a threaded server (the DRA socket's)."""
+
+    def __init__(self, *, log: CallLog) -> None:
+        self._recording = _ThreadedRecording(log=log)
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        handler = continuation(handler_call_details)
+        return _wrapped(handler, recorder=self._recording, full_method=handler_call_details.method)  # type: ignore[no-any-return]

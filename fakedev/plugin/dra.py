@@ -1,5 +1,9 @@
 """DRA v1 and v1beta1 services: translate protobuf to the driver core's types and back.
 
+The servicers are synchronous: gRPC's threaded server runs each call in a worker thread, which calls the driver
+directly (an asyncio server answered about 0.17 ms later per call: its own wake-ups plus the hop to a thread for the
+driver's blocking work and back).
+
 Whole-call problems (empty or duplicate claim UIDs, an oversized batch) are INVALID_ARGUMENT; anything about one
 claim goes into that claim's entry, so one bad claim never fails its neighbours. A claim whose UID, namespace or
 name breaks Kubernetes' rules is answered here and never reaches the driver, so its text is neither used for a
@@ -16,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 import grpc
-from grpc import aio
 
 from fakedev.driver.claims import check_claim_ref
 from fakedev.errors import ClaimError
@@ -94,24 +97,24 @@ def compute_claim_batch(claims: Sequence[_WireClaim]) -> ClaimBatch:
     return ClaimBatch(refs=tuple(refs), refused=refused)
 
 
-async def _batch_or_abort(claims: Sequence[_WireClaim], context: aio.ServicerContext[object, object]) -> ClaimBatch:
+def _batch_or_abort(claims: Sequence[_WireClaim], context: grpc.ServicerContext) -> ClaimBatch:
     batch = compute_claim_batch(claims)
     if batch.problem:
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, batch.problem)
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, batch.problem)  # raises: the call ends here
     return batch
 
 
-async def _prepare(core: DriverCore, batch: ClaimBatch) -> dict[str, PrepareResult]:
+def _prepare(core: DriverCore, batch: ClaimBatch) -> dict[str, PrepareResult]:
     results = {uid: PrepareResult(error=error) for uid, error in batch.refused.items()}
     if batch.refs:
-        results.update(await core.prepare(batch.refs))
+        results.update(core.prepare(batch.refs))
     return results
 
 
-async def _unprepare(core: DriverCore, batch: ClaimBatch) -> dict[str, str]:
+def _unprepare(core: DriverCore, batch: ClaimBatch) -> dict[str, str]:
     errors = dict(batch.refused)
     if batch.refs:
-        errors.update(await core.unprepare(batch.refs))
+        errors.update(core.unprepare(batch.refs))
     return errors
 
 
@@ -126,22 +129,22 @@ class DraV1Servicer(v1_grpc.DRAPluginServicer):
     def __init__(self, *, core: DriverCore) -> None:
         self._core = core
 
-    async def NodePrepareResources(
-        self, request: v1.NodePrepareResourcesRequest, context: aio.ServicerContext[object, object]
+    def NodePrepareResources(
+        self, request: v1.NodePrepareResourcesRequest, context: grpc.ServicerContext
     ) -> v1.NodePrepareResourcesResponse:
         started = time.monotonic()
-        results = await _prepare(self._core, await _batch_or_abort(request.claims, context))
+        results = _prepare(self._core, _batch_or_abort(request.claims, context))
         response = v1.NodePrepareResourcesResponse()
         for uid, result in results.items():
             response.claims[uid].CopyFrom(_v1_result(result))
         _log_call("NodePrepareResources", len(results), started, sum(bool(r.error) for r in results.values()))
         return response
 
-    async def NodeUnprepareResources(
-        self, request: v1.NodeUnprepareResourcesRequest, context: aio.ServicerContext[object, object]
+    def NodeUnprepareResources(
+        self, request: v1.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
     ) -> v1.NodeUnprepareResourcesResponse:
         started = time.monotonic()
-        errors = await _unprepare(self._core, await _batch_or_abort(request.claims, context))
+        errors = _unprepare(self._core, _batch_or_abort(request.claims, context))
         response = v1.NodeUnprepareResourcesResponse()
         for uid, error in errors.items():
             response.claims[uid].error = error
@@ -172,11 +175,11 @@ class DraV1beta1Servicer(v1beta1_grpc.DRAPluginServicer):
     def __init__(self, *, core: DriverCore) -> None:
         self._core = core
 
-    async def NodePrepareResources(
-        self, request: v1beta1.NodePrepareResourcesRequest, context: aio.ServicerContext[object, object]
+    def NodePrepareResources(
+        self, request: v1beta1.NodePrepareResourcesRequest, context: grpc.ServicerContext
     ) -> v1beta1.NodePrepareResourcesResponse:
         started = time.monotonic()
-        results = await _prepare(self._core, await _batch_or_abort(request.claims, context))
+        results = _prepare(self._core, _batch_or_abort(request.claims, context))
         response = v1beta1.NodePrepareResourcesResponse()
         for uid, result in results.items():
             entry = response.claims[uid]
@@ -193,11 +196,11 @@ class DraV1beta1Servicer(v1beta1_grpc.DRAPluginServicer):
         _log_call("NodePrepareResources/v1beta1", len(results), started, sum(bool(r.error) for r in results.values()))
         return response
 
-    async def NodeUnprepareResources(
-        self, request: v1beta1.NodeUnprepareResourcesRequest, context: aio.ServicerContext[object, object]
+    def NodeUnprepareResources(
+        self, request: v1beta1.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
     ) -> v1beta1.NodeUnprepareResourcesResponse:
         started = time.monotonic()
-        errors = await _unprepare(self._core, await _batch_or_abort(request.claims, context))
+        errors = _unprepare(self._core, _batch_or_abort(request.claims, context))
         response = v1beta1.NodeUnprepareResourcesResponse()
         for uid, error in errors.items():
             response.claims[uid].error = error

@@ -8,8 +8,8 @@ handler so that an undecodable request is refused before any servicer sees it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import grpc
@@ -63,13 +63,70 @@ def _stream(behavior: Any) -> Callable[[Any, Any], AsyncIterator[Any]]:
     return serve
 
 
-class RequestGuard(aio.ServerInterceptor):
-    """Put innermost (last) in a server's interceptors, so that the ones before it see the refusal as a call.
+def _unary_threaded(behavior: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    def serve(request: Any, context: grpc.ServicerContext) -> Any:
+        if isinstance(request, Undecodable):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.details)
+        return behavior(request, context)
 
-    A method's guarded handler is made once and kept (every call used to build it again: CPU on the hot path)."""
+    return serve
+
+
+def _stream_threaded(behavior: Callable[[Any, Any], Iterator[Any]]) -> Callable[[Any, Any], Iterator[Any]]:
+    def serve(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        if isinstance(request, Undecodable):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.details)
+        yield from behavior(request, context)
+
+    return serve
+
+
+Wrap = Callable[[Any], Any]
+
+
+@dataclass(kw_only=True)
+class _Guarded:
+    """A method's guarded handler is made once and kept (every call used to build it again: CPU on the hot path)."""
+
+    unary: Wrap
+    stream: Wrap
+    _kept: dict[str, tuple[grpc.RpcMethodHandler[Any, Any], grpc.RpcMethodHandler[Any, Any]]] = field(
+        default_factory=dict
+    )
+
+    def guard(
+        self, handler: grpc.RpcMethodHandler[Any, Any] | None, *, method: str
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        if handler is None or handler.request_deserializer is None:
+            return handler
+        kept = self._kept.get(method)
+        if kept is not None and kept[0] is handler:
+            return kept[1]
+        decode = _decoder(handler.request_deserializer, method=method)
+        guarded = handler
+        if handler.unary_unary is not None:
+            guarded = grpc.unary_unary_rpc_method_handler(
+                self.unary(handler.unary_unary),
+                request_deserializer=decode,
+                response_serializer=handler.response_serializer,
+            )
+        elif handler.unary_stream is not None:
+            guarded = grpc.unary_stream_rpc_method_handler(
+                self.stream(handler.unary_stream),
+                request_deserializer=decode,
+                response_serializer=handler.response_serializer,
+            )
+        # (the kubelet's APIs have no client-streaming calls)
+        self._kept[method] = (handler, guarded)
+        return guarded
+
+
+class RequestGuard(aio.ServerInterceptor):
+    """For an asyncio server. Put innermost (last) in a server's interceptors, so that the ones before it see the
+    refusal as a call."""
 
     def __init__(self) -> None:
-        self._guarded: dict[str, tuple[grpc.RpcMethodHandler[Any, Any], grpc.RpcMethodHandler[Any, Any]]] = {}
+        self._guarded = _Guarded(unary=_unary, stream=_stream)
 
     async def intercept_service(
         self,
@@ -77,30 +134,18 @@ class RequestGuard(aio.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(handler_call_details)
-        if handler is None or handler.request_deserializer is None:
-            return handler
-        method = handler_call_details.method
-        kept = self._guarded.get(method)
-        if kept is not None and kept[0] is handler:
-            return kept[1]
-        guarded = self._guard(handler, method=method)
-        self._guarded[method] = (handler, guarded)
-        return guarded
+        return self._guarded.guard(handler, method=handler_call_details.method)
 
-    @staticmethod
-    def _guard(handler: grpc.RpcMethodHandler[Any, Any], *, method: str) -> grpc.RpcMethodHandler[Any, Any]:
-        assert handler.request_deserializer is not None
-        decode = _decoder(handler.request_deserializer, method=method)
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                _unary(handler.unary_unary),
-                request_deserializer=decode,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                _stream(handler.unary_stream),
-                request_deserializer=decode,
-                response_serializer=handler.response_serializer,
-            )
-        return handler  # the kubelet's APIs have no client-streaming calls
+
+class ThreadedRequestGuard(grpc.ServerInterceptor):
+    """The same for a threaded server (the DRA socket's), innermost as well."""
+
+    def __init__(self) -> None:
+        self._guarded = _Guarded(unary=_unary_threaded, stream=_stream_threaded)
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        return self._guarded.guard(continuation(handler_call_details), method=handler_call_details.method)

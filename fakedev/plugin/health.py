@@ -1,14 +1,19 @@
-"""DRAResourceHealth v1 and v1alpha1: a full report when the kubelet subscribes, then every change."""
+"""DRAResourceHealth v1 and v1alpha1: a full report when the kubelet subscribes, then every change.
+
+The board is changed in the plugin's event loop; the streams are served by the DRA server's worker threads (one
+each, for as long as the kubelet keeps it), so a subscriber is a thread-safe queue, and a stream's end — the kubelet
+went away, the server stops — wakes its thread with a None."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
+import queue
+import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
-from grpc import aio
+import grpc
 
 from kubeletapi import health_v1_pb2 as h1
 from kubeletapi import health_v1_pb2_grpc as h1_grpc
@@ -27,7 +32,8 @@ class HealthBoard:
 
     timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS
     _devices: dict[tuple[str, str], DeviceHealth] = field(default_factory=dict)
-    _subscribers: set[asyncio.Queue[Sequence[DeviceHealth]]] = field(default_factory=set)
+    _subscribers: set[queue.SimpleQueue[Sequence[DeviceHealth] | None]] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def set_devices(self, devices: Iterable[tuple[str, str]]) -> None:
         """Track exactly these (pool, device) pairs; new ones start Healthy, vanished ones are dropped."""
@@ -58,24 +64,28 @@ class HealthBoard:
             return False
         updated = replace(current, health=health, message=message, last_updated=int(time.time()))
         self._devices[key] = updated
-        for queue in self._subscribers:
-            queue.put_nowait([updated])
+        with self._lock:
+            for subscriber in self._subscribers:
+                subscriber.put([updated])
         return True
 
     def get(self, *, pool: str, device: str) -> DeviceHealth | None:
         return self._devices.get((pool, device))
 
     def snapshot(self) -> Sequence[DeviceHealth]:
-        return [self._devices[k] for k in sorted(self._devices)]
+        devices = dict(self._devices)  # one copy (atomic): another thread may be changing the board
+        return [devices[k] for k in sorted(devices)]
 
-    async def changes(self) -> AsyncGenerator[Sequence[DeviceHealth], None]:
-        queue: asyncio.Queue[Sequence[DeviceHealth]] = asyncio.Queue()
-        self._subscribers.add(queue)
-        try:
-            while True:
-                yield await queue.get()
-        finally:
-            self._subscribers.discard(queue)
+    def subscribe(self) -> queue.SimpleQueue[Sequence[DeviceHealth] | None]:
+        """A queue that gets every later change (a list of the devices whose health changed); None: stop."""
+        subscriber: queue.SimpleQueue[Sequence[DeviceHealth] | None] = queue.SimpleQueue()
+        with self._lock:
+            self._subscribers.add(subscriber)
+        return subscriber
+
+    def unsubscribe(self, subscriber: queue.SimpleQueue[Sequence[DeviceHealth] | None]) -> None:
+        with self._lock:
+            self._subscribers.discard(subscriber)
 
     @property
     def subscribers(self) -> int:
@@ -112,15 +122,17 @@ def _v1alpha1(devices: Sequence[DeviceHealth]) -> h1a1.NodeWatchResourcesRespons
     )
 
 
-async def _stream(board: HealthBoard, version: str) -> AsyncIterator[Sequence[DeviceHealth]]:
+def _stream(board: HealthBoard, context: grpc.ServicerContext, version: str) -> Iterator[Sequence[DeviceHealth]]:
     log.info("health stream opened", extra={"fields": {"version": version}})
-    changes = board.changes()
+    changes = board.subscribe()
     try:
+        if not context.add_callback(lambda: changes.put(None)):  # wakes us when the kubelet leaves or we stop
+            return  # ended already
         yield board.snapshot()
-        async for batch in changes:
+        while (batch := changes.get()) is not None:
             yield batch
     finally:
-        await changes.aclose()
+        board.unsubscribe(changes)
         log.info("health stream closed", extra={"fields": {"version": version}})
 
 
@@ -128,10 +140,10 @@ class HealthV1Servicer(h1_grpc.DRAResourceHealthServicer):
     def __init__(self, *, board: HealthBoard) -> None:
         self._board = board
 
-    async def NodeWatchResources(
-        self, request: h1.NodeWatchResourcesRequest, context: aio.ServicerContext[object, object]
-    ) -> AsyncIterator[h1.NodeWatchResourcesResponse]:
-        async for batch in _stream(self._board, "v1"):
+    def NodeWatchResources(
+        self, request: h1.NodeWatchResourcesRequest, context: grpc.ServicerContext
+    ) -> Iterator[h1.NodeWatchResourcesResponse]:
+        for batch in _stream(self._board, context, "v1"):
             yield _v1(batch)
 
 
@@ -139,8 +151,8 @@ class HealthV1alpha1Servicer(h1a1_grpc.DRAResourceHealthServicer):
     def __init__(self, *, board: HealthBoard) -> None:
         self._board = board
 
-    async def NodeWatchResources(
-        self, request: h1a1.NodeWatchResourcesRequest, context: aio.ServicerContext[object, object]
-    ) -> AsyncIterator[h1a1.NodeWatchResourcesResponse]:
-        async for batch in _stream(self._board, "v1alpha1"):
+    def NodeWatchResources(
+        self, request: h1a1.NodeWatchResourcesRequest, context: grpc.ServicerContext
+    ) -> Iterator[h1a1.NodeWatchResourcesResponse]:
+        for batch in _stream(self._board, context, "v1alpha1"):
             yield _v1alpha1(batch)

@@ -1,25 +1,32 @@
 """Serve the plugin: DRA + health on the DRA socket first, then registration on the registry socket.
 
+The DRA socket's server is gRPC's threaded one: a prepare blocks (its claim's GET, the journal's fsync), and a
+worker thread that runs it directly answers sooner than the asyncio server with a hop to a thread and back
+(:mod:`fakedev.plugin.dra`). Registration, two calls per plugin start, stays on the asyncio server.
+
 Serving DRA before registering means the kubelet never learns of an endpoint that cannot answer yet. Sockets are
 0600 in 0750 directories; a stale socket from a previous run is replaced; sockets are removed on stop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
+from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+import grpc
 from grpc import aio
 
 from fakedev.driver.fsutil import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, make_dirs
 from fakedev.errors import FakedevError
-from fakedev.plugin.calls import CallLog, CallRecorder
+from fakedev.plugin.calls import CallLog, CallRecorder, ThreadedCallRecorder
 from fakedev.plugin.dra import DraV1beta1Servicer, DraV1Servicer
-from fakedev.plugin.guard import RequestGuard
+from fakedev.plugin.guard import RequestGuard, ThreadedRequestGuard
 from fakedev.plugin.health import HealthBoard, HealthV1alpha1Servicer, HealthV1Servicer
 from fakedev.plugin.paths import PluginPaths
 from fakedev.plugin.registration import RegistrationServicer, RegistrationState
@@ -37,6 +44,9 @@ log = logging.getLogger("fakedev.plugin.server")
 
 SOCKET_DIR_MODE: Final = PRIVATE_DIR_MODE
 SOCKET_MODE: Final = PRIVATE_FILE_MODE
+DRA_WORKERS: Final = 64
+"""Threads serving the DRA socket: calls in flight plus the kubelet's health stream (a thread for as long as it
+lasts). More calls wait in gRPC's queue; a kubelet sends one call per pod at a time."""
 
 
 def _prepare_socket_path(path: Path) -> None:
@@ -57,17 +67,21 @@ class PluginServer:
     registration: RegistrationState = field(default_factory=RegistrationState)
     record_calls: Path | None = None
     """Record every call served (a JSON line each) to this file; None: no recorder on the hot path."""
-    _dra: aio.Server | None = None
+    workers: int = DRA_WORKERS
+    _dra: grpc.Server | None = None
     _reg: aio.Server | None = None
 
     async def start(self) -> None:
         self.paths.check()
         dra_sock, reg_sock = self.paths.dra_socket, self.paths.registration_socket
         _prepare_socket_path(dra_sock)
-        recorder = [CallRecorder(log=CallLog(path=self.record_calls))] if self.record_calls else []
+        calls = CallLog(path=self.record_calls) if self.record_calls else None
         # The guard goes last, so that the recorder sees a request refused as undecodable as a call like any other.
-        interceptors: list[aio.ServerInterceptor] = [*recorder, RequestGuard()]
-        self._dra = aio.server(interceptors=interceptors)
+        threaded: list[grpc.ServerInterceptor] = [ThreadedCallRecorder(log=calls)] if calls else []
+        self._dra = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="dra"),
+            interceptors=[*threaded, ThreadedRequestGuard()],
+        )
         dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1Servicer(core=self.core), self._dra)
         dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1beta1Servicer(core=self.core), self._dra)
         health_v1_pb2_grpc.add_DRAResourceHealthServicer_to_server(HealthV1Servicer(board=self.health), self._dra)
@@ -75,11 +89,12 @@ class PluginServer:
             HealthV1alpha1Servicer(board=self.health), self._dra
         )
         self._bind(self._dra, dra_sock)
-        await self._dra.start()
+        self._dra.start()
         dra_sock.chmod(SOCKET_MODE)
 
         _prepare_socket_path(reg_sock)
-        self._reg = aio.server(interceptors=interceptors)
+        asynchronous: list[aio.ServerInterceptor] = [CallRecorder(log=calls)] if calls else []
+        self._reg = aio.server(interceptors=[*asynchronous, RequestGuard()])
         reg_grpc.add_RegistrationServicer_to_server(
             RegistrationServicer(
                 driver=self.paths.driver, endpoint=str(dra_sock), versions=self.versions, state=self.registration
@@ -92,15 +107,19 @@ class PluginServer:
         log.info("serving", extra={"fields": {"dra": str(dra_sock), "registration": str(reg_sock)}})
 
     @staticmethod
-    def _bind(server: aio.Server, path: Path) -> None:
+    def _bind(server: aio.Server | grpc.Server, path: Path) -> None:
         if server.add_insecure_port(f"unix:{path}") == 0:
             raise FakedevError(f"cannot listen on {path}")
 
     async def stop(self, *, grace: float = 1.0) -> None:
         # Registration goes first so the kubelet stops routing new calls before the DRA socket closes.
-        for server, sock in ((self._reg, self.paths.registration_socket), (self._dra, self.paths.dra_socket)):
-            if server is not None:
-                await server.stop(grace)
-            with contextlib.suppress(FileNotFoundError):
-                sock.unlink()
+        if self._reg is not None:
+            await self._reg.stop(grace)
+        with contextlib.suppress(FileNotFoundError):
+            self.paths.registration_socket.unlink()
+        if self._dra is not None:
+            # Calls in progress get ``grace`` to finish; health streams are cancelled, which wakes their threads.
+            await asyncio.to_thread(self._dra.stop(grace).wait)
+        with contextlib.suppress(FileNotFoundError):
+            self.paths.dra_socket.unlink()
         self._reg = self._dra = None

@@ -1,26 +1,19 @@
-"""The driver core's interfaces as the gRPC servicers see them."""
+"""The driver core's interfaces as the gRPC servicers see them (called in the DRA server's worker threads)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from kubeletapi.types import ClaimRef, DeviceHealth, PrepareResult
+from kubeletapi.types import ClaimRef, PrepareResult
 
 
 class DriverCore(Protocol):
-    """The driver behind the sockets; errors are per claim, never exceptions."""
+    """The driver behind the sockets; errors are per claim, never exceptions. Blocking, and safe to call from any
+    number of threads at once."""
 
-    async def prepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]: ...
+    def prepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]: ...
 
-    async def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, str]:
+    def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, str]:
         """Claim UID → error ("" for success)."""
-        ...
-
-
-class HealthSource(Protocol):
-    def snapshot(self) -> Sequence[DeviceHealth]: ...
-
-    def changes(self) -> AsyncIterator[Sequence[DeviceHealth]]:
-        """Each yielded batch lists the devices whose health changed."""
         ...

@@ -4,9 +4,9 @@ start-up that holds the instances' lock."""
 
 from __future__ import annotations
 
-import asyncio
 import fcntl
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from fakedev.model.inventory import resolve_inventory
 from fakedev.model.releases import NVIDIA_DEFAULT
 from fakedev.profiles import load_profile
 from fakedev.render import RenderedNode, Schema, render_node
+from harness.procs import wait_for
 from kubeletapi.types import ClaimRef
 from tests.helpers import ReadLater
 
@@ -91,10 +92,8 @@ def test_prepares_of_different_claims_run_at_the_same_time(rendered: RenderedNod
     driver = _driver(rendered, tmp_path, api)
     driver.load()
 
-    async def all_at_once() -> list[Any]:
-        return await asyncio.gather(*(driver.prepare([ref]) for ref in CLAIMS))
-
-    answers = asyncio.run(all_at_once())
+    with ThreadPoolExecutor(max_workers=len(CLAIMS)) as pool:  # the DRA server's worker threads
+        answers = list(pool.map(lambda ref: driver.prepare([ref]), CLAIMS))
     assert all(not a[ref.uid].error for a, ref in zip(answers, CLAIMS, strict=True)), answers
     assert sorted(api.reads) == sorted(c.name for c in CLAIMS)
     assert driver.state.outbox is not None and driver.state.outbox.wait_idle(timeout=10)
@@ -109,14 +108,15 @@ def test_one_claims_calls_stay_in_order(rendered: RenderedNode, tmp_path: Path) 
     driver.load()
     ref = CLAIMS[0]
 
-    async def twice_then_unprepare() -> tuple[Any, Any, Any]:
-        first = asyncio.create_task(driver.prepare([ref]))
-        second = asyncio.create_task(driver.prepare([ref]))
-        await asyncio.sleep(0)
-        gone = asyncio.create_task(driver.unprepare([ref]))
-        return await first, await second, await gone
-
-    first, second, gone = asyncio.run(twice_then_unprepare())
+    with ThreadPoolExecutor(max_workers=3) as pool, driver.locks.hold([ref.uid]):
+        # Three calls queue up behind a call under way, in this order; each must wait for the one before it.
+        calls = [pool.submit(driver.prepare, [ref])]
+        wait_for(lambda: driver.locks.users(ref.uid) == 2, timeout=10, what="the first prepare waiting")
+        calls.append(pool.submit(driver.prepare, [ref]))
+        wait_for(lambda: driver.locks.users(ref.uid) == 3, timeout=10, what="the second prepare waiting")
+        unprepared = pool.submit(driver.unprepare, [ref])
+        wait_for(lambda: driver.locks.users(ref.uid) == 4, timeout=10, what="the unprepare waiting")
+    first, second, gone = calls[0].result(), calls[1].result(), unprepared.result()
     assert first == second and not first[ref.uid].error
     assert api.reads == ["c0"]  # the second prepare waited for the first and was answered from its record
     assert gone == {ref.uid: ""}
@@ -132,7 +132,7 @@ def test_a_call_waits_while_another_instance_starts_up(rendered: RenderedNode, t
     done: list[Any] = []
     with lock_path.open("a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)  # the new instance of a rolling update, collecting temp files
-        caller = threading.Thread(target=lambda: done.append(asyncio.run(driver.prepare([CLAIMS[1]]))))
+        caller = threading.Thread(target=lambda: done.append(driver.prepare([CLAIMS[1]])))
         caller.start()
         caller.join(timeout=0.5)
         assert caller.is_alive() and done == []
@@ -165,10 +165,8 @@ class AheadApi(GatedApi):
     """Reads sent ahead, with the thread that sent each."""
 
     sent: list[_Ahead] = field(default_factory=list)
-    threads: list[str] = field(default_factory=list)
 
     def read_ahead_claim(self, *, namespace: str, name: str) -> _Ahead:
-        self.threads.append(threading.current_thread().name)
         self.sent.append(_Ahead(api=self, name=name))
         return self.sent[-1]
 
@@ -178,19 +176,15 @@ def test_the_claim_get_goes_out_before_the_call_waits_for_its_lock(rendered: Ren
     driver = _driver(rendered, tmp_path, api)
     driver.load()
     ref = CLAIMS[2]
-
-    async def behind_a_held_lock() -> Any:
-        async with driver.locks.hold([ref.uid]):  # another call on the claim is under way
-            call = asyncio.create_task(driver.prepare([ref]))
-            while not api.sent:
-                await asyncio.sleep(0)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        with driver.locks.hold([ref.uid]):  # another call on the claim is under way
+            call = pool.submit(driver.prepare, [ref])
+            wait_for(lambda: bool(api.sent), timeout=10, what="the GET sent ahead")
             assert [a.name for a in api.sent] == [ref.name] and api.reads == []  # sent, not read yet
-        return await call
-
-    answer = asyncio.run(behind_a_held_lock())
+            assert driver.locks.users(ref.uid) == 2  # and the call waits for the lock
+        answer = call.result()
     assert not answer[ref.uid].error
     assert [a.fate for a in api.sent] == ["taken"] and api.reads == [ref.name]
-    assert api.threads == [threading.main_thread().name]  # the event loop's, before the hop to a worker
     driver.close()
 
 
@@ -199,27 +193,7 @@ def test_a_read_ahead_the_prepare_did_not_need_is_drained(rendered: RenderedNode
     driver = _driver(rendered, tmp_path, api)
     driver.load()
     driver.faults.prepare.fail_times = 1  # the call fails before it reads its claim
-    answer = asyncio.run(driver.prepare([CLAIMS[0]]))
+    answer = driver.prepare([CLAIMS[0]])
     assert answer[CLAIMS[0].uid].error == "injected fault"
     assert [a.fate for a in api.sent] == ["drained"] and api.reads == []
-    driver.close()
-
-
-def test_a_call_cancelled_before_its_thread_abandons_its_read(rendered: RenderedNode, tmp_path: Path) -> None:
-    api = AheadApi(parties=1)
-    driver = _driver(rendered, tmp_path, api)
-    driver.load()
-    ref = CLAIMS[1]
-
-    async def cancelled_while_waiting() -> None:
-        async with driver.locks.hold([ref.uid]):
-            call = asyncio.create_task(driver.prepare([ref]))
-            while not api.sent:
-                await asyncio.sleep(0)
-            call.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await call
-
-    asyncio.run(cancelled_while_waiting())
-    assert [a.fate for a in api.sent] == ["abandoned"] and api.reads == []
     driver.close()

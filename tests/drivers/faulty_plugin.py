@@ -12,8 +12,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import threading
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -146,12 +147,10 @@ def abort_on_claim_error() -> None:
 
     original = dra_mod.DraV1Servicer.NodePrepareResources
 
-    async def prepare(self: Any, request: Any, context: Any) -> Any:
-        response = await original(self, request, context)
+    def prepare(self: Any, request: Any, context: Any) -> Any:
+        response = original(self, request, context)
         if any(entry.error for entry in response.claims.values()):
-            import grpc
-
-            await context.abort(grpc.StatusCode.INTERNAL, "one claim failed, so the whole call fails")
+            context.abort(grpc.StatusCode.INTERNAL, "one claim failed, so the whole call fails")
         return response
 
     dra_mod.DraV1Servicer.NodePrepareResources = prepare  # type: ignore[method-assign]
@@ -193,19 +192,17 @@ def ignore_uid() -> None:
 
 
 def busy() -> None:
-    import asyncio
-
     original = ConcurrentDriver.prepare
-    running: list[asyncio.Lock] = []  # made on first use, inside the plugin's event loop
+    running = threading.Lock()
 
-    async def prepare(self: ConcurrentDriver, claims: Any) -> Any:
-        if not running:
-            running.append(asyncio.Lock())
-        if running[0].locked():
+    def prepare(self: ConcurrentDriver, claims: Any) -> Any:
+        if not running.acquire(blocking=False):
             return {c.uid: PrepareResult(error="busy: another prepare is running") for c in claims}
-        async with running[0]:
-            await asyncio.sleep(0.3)  # long enough for concurrent calls to meet
-        return await original(self, claims)
+        try:
+            time.sleep(0.3)  # long enough for concurrent calls to meet
+        finally:
+            running.release()
+        return original(self, claims)
 
     ConcurrentDriver.prepare = prepare  # type: ignore[method-assign]
 
@@ -256,16 +253,16 @@ def forget_on_restart() -> None:
 
 
 def connection_per_call() -> None:
-    import grpc.aio
+    def aged(original: Any) -> Any:
+        def server(*args: Any, **kw: Any) -> Any:
+            # Connections older than 300 ms are told to go away; a kubelet session then needs several connections.
+            kw["options"] = [("grpc.max_connection_age_ms", 300), ("grpc.max_connection_age_grace_ms", 10000)]
+            return original(*args, **kw)
 
-    original = grpc.aio.server
+        return server
 
-    def server(*args: Any, **kw: Any) -> Any:
-        # Connections older than 300 ms are told to go away; a kubelet session then needs several connections.
-        kw["options"] = [("grpc.max_connection_age_ms", 300), ("grpc.max_connection_age_grace_ms", 10000)]
-        return original(*args, **kw)
-
-    grpc.aio.server = server
+    grpc.aio.server = aged(grpc.aio.server)
+    grpc.server = aged(grpc.server)  # the DRA socket's threaded server
 
     def slow(ref: ClaimRef, result: PrepareResult) -> PrepareResult:
         time.sleep(0.4)
@@ -395,15 +392,46 @@ class _Mute(grpc.aio.ServerInterceptor):
         return grpc.unary_unary_rpc_method_handler(hang, **wire)
 
 
+class _ThreadedMute(grpc.ServerInterceptor):
+    """The same on a threaded server: a worker waits until the caller's deadline has ended the call."""
+
+    def intercept_service(self, continuation: Any, handler_call_details: Any) -> Any:
+        handler = continuation(handler_call_details)
+        if handler is None:
+            return None
+
+        def hang(request: Any, context: Any) -> Any:
+            ended = threading.Event()
+            if context.add_callback(ended.set):
+                ended.wait()
+
+        def hang_stream(request: Any, context: Any) -> Iterator[Any]:
+            hang(request, context)
+            yield from ()
+
+        wire = {
+            "request_deserializer": handler.request_deserializer,
+            "response_serializer": handler.response_serializer,
+        }
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(hang_stream, **wire)
+        return grpc.unary_unary_rpc_method_handler(hang, **wire)
+
+
 def never_answer() -> None:
     """Every gRPC call — registration, DRA, health — is accepted and never answered."""
-    original = grpc.aio.server
+    original, original_threaded = grpc.aio.server, grpc.server
 
     def server(*args: Any, **kw: Any) -> Any:
         kw["interceptors"] = [_Mute(), *(kw.get("interceptors") or [])]
         return original(*args, **kw)
 
+    def threaded(*args: Any, **kw: Any) -> Any:
+        kw["interceptors"] = [_ThreadedMute(), *(kw.get("interceptors") or [])]
+        return original_threaded(*args, **kw)
+
     grpc.aio.server = server
+    grpc.server = threaded
 
 
 VARIANTS: dict[str, Callable[[], None]] = {
