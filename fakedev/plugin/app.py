@@ -86,6 +86,9 @@ class PluginSettings:
     """Kill the plugin at this crash point (``FAKEDEV_CRASH_AT``, for ``fakedev torture``); None: never."""
     watch_device_faults: bool = True
     """Apply the DeviceFault objects of this node and driver (needs the API server and the CRD)."""
+    threaded_dra: bool = True
+    """Serve the DRA socket on gRPC's threaded server (:mod:`fakedev.plugin.server`); False for many nodes in one
+    process."""
     cache_claims: bool = True
     """List and watch ResourceClaims: a prepare plans while its GET is answered (:mod:`~fakedev.driver.claim_cache`)."""
 
@@ -250,7 +253,9 @@ class PluginApp:
         if s.crash_at is not None:
             log.warning("crash point armed", extra={"fields": {"point": s.crash_at.render()}})
         await asyncio.to_thread(core.load)
-        server = PluginServer(paths=paths, core=core, health=devices.health, record_calls=s.record_calls)
+        server = PluginServer(
+            paths=paths, core=core, health=devices.health, record_calls=s.record_calls, threaded=s.threaded_dra
+        )
         publisher = SlicePublisher(api=api, render=devices.render_slices) if api is not None and s.publish else None
         devices.publishing = publisher is not None
         fabric = {f"gpu-{g.index}": g.fabric_attach for g in inventory.example_gpus if g.fabric_attach is not None}

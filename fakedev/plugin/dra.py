@@ -13,6 +13,7 @@ path nor logged; what of a request an answer quotes is cut short (status details
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 import grpc
+from grpc import aio
 
 from fakedev.driver.claims import check_claim_ref
 from fakedev.errors import ClaimError
@@ -118,6 +120,14 @@ def _unprepare(core: DriverCore, batch: ClaimBatch) -> dict[str, str]:
     return errors
 
 
+def _log_prepared(method: str, results: Mapping[str, PrepareResult], started: float) -> None:
+    _log_call(method, len(results), started, sum(bool(r.error) for r in results.values()))
+
+
+def _log_unprepared(method: str, errors: Mapping[str, str], started: float) -> None:
+    _log_call(method, len(errors), started, sum(bool(e) for e in errors.values()))
+
+
 def _log_call(method: str, claims: int, started: float, errors: int) -> None:
     log.info(
         method,
@@ -125,31 +135,18 @@ def _log_call(method: str, claims: int, started: float, errors: int) -> None:
     )
 
 
-class DraV1Servicer(v1_grpc.DRAPluginServicer):
-    def __init__(self, *, core: DriverCore) -> None:
-        self._core = core
+def _v1_prepared(results: Mapping[str, PrepareResult]) -> v1.NodePrepareResourcesResponse:
+    response = v1.NodePrepareResourcesResponse()
+    for uid, result in results.items():
+        response.claims[uid].CopyFrom(_v1_result(result))
+    return response
 
-    def NodePrepareResources(
-        self, request: v1.NodePrepareResourcesRequest, context: grpc.ServicerContext
-    ) -> v1.NodePrepareResourcesResponse:
-        started = time.monotonic()
-        results = _prepare(self._core, _batch_or_abort(request.claims, context))
-        response = v1.NodePrepareResourcesResponse()
-        for uid, result in results.items():
-            response.claims[uid].CopyFrom(_v1_result(result))
-        _log_call("NodePrepareResources", len(results), started, sum(bool(r.error) for r in results.values()))
-        return response
 
-    def NodeUnprepareResources(
-        self, request: v1.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
-    ) -> v1.NodeUnprepareResourcesResponse:
-        started = time.monotonic()
-        errors = _unprepare(self._core, _batch_or_abort(request.claims, context))
-        response = v1.NodeUnprepareResourcesResponse()
-        for uid, error in errors.items():
-            response.claims[uid].error = error
-        _log_call("NodeUnprepareResources", len(errors), started, sum(bool(e) for e in errors.values()))
-        return response
+def _v1_unprepared(errors: Mapping[str, str]) -> v1.NodeUnprepareResourcesResponse:
+    response = v1.NodeUnprepareResourcesResponse()
+    for uid, error in errors.items():
+        response.claims[uid].error = error
+    return response
 
 
 def _v1_result(result: PrepareResult) -> v1.NodePrepareResourceResponse:
@@ -169,8 +166,56 @@ def _v1_result(result: PrepareResult) -> v1.NodePrepareResourceResponse:
     return v1.NodePrepareResourceResponse(devices=devices)
 
 
+def _v1beta1_prepared(results: Mapping[str, PrepareResult]) -> v1beta1.NodePrepareResourcesResponse:
+    """No share IDs on the v1beta1 wire."""
+    response = v1beta1.NodePrepareResourcesResponse()
+    for uid, result in results.items():
+        entry = response.claims[uid]
+        if result.error:
+            entry.error = result.error
+            continue
+        for d in result.devices:
+            entry.devices.add(
+                request_names=list(d.request_names),
+                pool_name=d.pool,
+                device_name=d.device,
+                cdi_device_ids=list(d.cdi_device_ids),
+            )
+    return response
+
+
+def _v1beta1_unprepared(errors: Mapping[str, str]) -> v1beta1.NodeUnprepareResourcesResponse:
+    response = v1beta1.NodeUnprepareResourcesResponse()
+    for uid, error in errors.items():
+        response.claims[uid].error = error
+    return response
+
+
+class DraV1Servicer(v1_grpc.DRAPluginServicer):
+    """For the threaded server: each call runs in the worker thread that received it."""
+
+    def __init__(self, *, core: DriverCore) -> None:
+        self._core = core
+
+    def NodePrepareResources(
+        self, request: v1.NodePrepareResourcesRequest, context: grpc.ServicerContext
+    ) -> v1.NodePrepareResourcesResponse:
+        started = time.monotonic()
+        results = _prepare(self._core, _batch_or_abort(request.claims, context))
+        _log_prepared("NodePrepareResources", results, started)
+        return _v1_prepared(results)
+
+    def NodeUnprepareResources(
+        self, request: v1.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
+    ) -> v1.NodeUnprepareResourcesResponse:
+        started = time.monotonic()
+        errors = _unprepare(self._core, _batch_or_abort(request.claims, context))
+        _log_unprepared("NodeUnprepareResources", errors, started)
+        return _v1_unprepared(errors)
+
+
 class DraV1beta1Servicer(v1beta1_grpc.DRAPluginServicer):
-    """The same calls for kubelets that only speak v1beta1 (no share IDs on the wire)."""
+    """The same calls for kubelets that only speak v1beta1."""
 
     def __init__(self, *, core: DriverCore) -> None:
         self._core = core
@@ -180,29 +225,67 @@ class DraV1beta1Servicer(v1beta1_grpc.DRAPluginServicer):
     ) -> v1beta1.NodePrepareResourcesResponse:
         started = time.monotonic()
         results = _prepare(self._core, _batch_or_abort(request.claims, context))
-        response = v1beta1.NodePrepareResourcesResponse()
-        for uid, result in results.items():
-            entry = response.claims[uid]
-            if result.error:
-                entry.error = result.error
-                continue
-            for d in result.devices:
-                entry.devices.add(
-                    request_names=list(d.request_names),
-                    pool_name=d.pool,
-                    device_name=d.device,
-                    cdi_device_ids=list(d.cdi_device_ids),
-                )
-        _log_call("NodePrepareResources/v1beta1", len(results), started, sum(bool(r.error) for r in results.values()))
-        return response
+        _log_prepared("NodePrepareResources/v1beta1", results, started)
+        return _v1beta1_prepared(results)
 
     def NodeUnprepareResources(
         self, request: v1beta1.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
     ) -> v1beta1.NodeUnprepareResourcesResponse:
         started = time.monotonic()
         errors = _unprepare(self._core, _batch_or_abort(request.claims, context))
-        response = v1beta1.NodeUnprepareResourcesResponse()
-        for uid, error in errors.items():
-            response.claims[uid].error = error
-        _log_call("NodeUnprepareResources/v1beta1", len(errors), started, sum(bool(e) for e in errors.values()))
-        return response
+        _log_unprepared("NodeUnprepareResources/v1beta1", errors, started)
+        return _v1beta1_unprepared(errors)
+
+
+async def _batch_or_abort_async(
+    claims: Sequence[_WireClaim], context: aio.ServicerContext[object, object]
+) -> ClaimBatch:
+    batch = compute_claim_batch(claims)
+    if batch.problem:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, batch.problem)
+    return batch
+
+
+class AsyncDraV1Servicer(v1_grpc.DRAPluginServicer):
+    """For an asyncio server (a fleet's nodes, many in one process, where a threaded server each would cost a
+    polling thread per node): the driver's blocking work goes to a thread."""
+
+    def __init__(self, *, core: DriverCore) -> None:
+        self._core = core
+
+    async def NodePrepareResources(
+        self, request: v1.NodePrepareResourcesRequest, context: aio.ServicerContext[object, object]
+    ) -> v1.NodePrepareResourcesResponse:
+        started, batch = time.monotonic(), await _batch_or_abort_async(request.claims, context)
+        results = await asyncio.to_thread(_prepare, self._core, batch)
+        _log_prepared("NodePrepareResources", results, started)
+        return _v1_prepared(results)
+
+    async def NodeUnprepareResources(
+        self, request: v1.NodeUnprepareResourcesRequest, context: aio.ServicerContext[object, object]
+    ) -> v1.NodeUnprepareResourcesResponse:
+        started, batch = time.monotonic(), await _batch_or_abort_async(request.claims, context)
+        errors = await asyncio.to_thread(_unprepare, self._core, batch)
+        _log_unprepared("NodeUnprepareResources", errors, started)
+        return _v1_unprepared(errors)
+
+
+class AsyncDraV1beta1Servicer(v1beta1_grpc.DRAPluginServicer):
+    def __init__(self, *, core: DriverCore) -> None:
+        self._core = core
+
+    async def NodePrepareResources(
+        self, request: v1beta1.NodePrepareResourcesRequest, context: aio.ServicerContext[object, object]
+    ) -> v1beta1.NodePrepareResourcesResponse:
+        started, batch = time.monotonic(), await _batch_or_abort_async(request.claims, context)
+        results = await asyncio.to_thread(_prepare, self._core, batch)
+        _log_prepared("NodePrepareResources/v1beta1", results, started)
+        return _v1beta1_prepared(results)
+
+    async def NodeUnprepareResources(
+        self, request: v1beta1.NodeUnprepareResourcesRequest, context: aio.ServicerContext[object, object]
+    ) -> v1beta1.NodeUnprepareResourcesResponse:
+        started, batch = time.monotonic(), await _batch_or_abort_async(request.claims, context)
+        errors = await asyncio.to_thread(_unprepare, self._core, batch)
+        _log_unprepared("NodeUnprepareResources/v1beta1", errors, started)
+        return _v1beta1_unprepared(errors)

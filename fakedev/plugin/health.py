@@ -6,14 +6,16 @@ went away, the server stops — wakes its thread with a None."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import queue
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 import grpc
+from grpc import aio
 
 from kubeletapi import health_v1_pb2 as h1
 from kubeletapi import health_v1_pb2_grpc as h1_grpc
@@ -34,6 +36,8 @@ class HealthBoard:
     _devices: dict[tuple[str, str], DeviceHealth] = field(default_factory=dict)
     _subscribers: set[queue.SimpleQueue[Sequence[DeviceHealth] | None]] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _async_subscribers: set[asyncio.Queue[Sequence[DeviceHealth]]] = field(default_factory=set)
+    """Streams of an asyncio server (a fleet's), in the event loop that changes the board."""
 
     def set_devices(self, devices: Iterable[tuple[str, str]]) -> None:
         """Track exactly these (pool, device) pairs; new ones start Healthy, vanished ones are dropped."""
@@ -67,6 +71,8 @@ class HealthBoard:
         with self._lock:
             for subscriber in self._subscribers:
                 subscriber.put([updated])
+        for waiting in self._async_subscribers:
+            waiting.put_nowait([updated])
         return True
 
     def get(self, *, pool: str, device: str) -> DeviceHealth | None:
@@ -87,9 +93,19 @@ class HealthBoard:
         with self._lock:
             self._subscribers.discard(subscriber)
 
+    async def changes(self) -> AsyncGenerator[Sequence[DeviceHealth], None]:
+        """Every later change, for a stream served in the board's event loop."""
+        waiting: asyncio.Queue[Sequence[DeviceHealth]] = asyncio.Queue()
+        self._async_subscribers.add(waiting)
+        try:
+            while True:
+                yield await waiting.get()
+        finally:
+            self._async_subscribers.discard(waiting)
+
     @property
     def subscribers(self) -> int:
-        return len(self._subscribers)
+        return len(self._subscribers) + len(self._async_subscribers)
 
 
 def _v1(devices: Sequence[DeviceHealth]) -> h1.NodeWatchResourcesResponse:
@@ -155,4 +171,40 @@ class HealthV1alpha1Servicer(h1a1_grpc.DRAResourceHealthServicer):
         self, request: h1a1.NodeWatchResourcesRequest, context: grpc.ServicerContext
     ) -> Iterator[h1a1.NodeWatchResourcesResponse]:
         for batch in _stream(self._board, context, "v1alpha1"):
+            yield _v1alpha1(batch)
+
+
+async def _async_stream(board: HealthBoard, version: str) -> AsyncIterator[Sequence[DeviceHealth]]:
+    log.info("health stream opened", extra={"fields": {"version": version}})
+    changes = board.changes()
+    try:
+        yield board.snapshot()
+        async for batch in changes:
+            yield batch
+    finally:
+        await changes.aclose()
+        log.info("health stream closed", extra={"fields": {"version": version}})
+
+
+class AsyncHealthV1Servicer(h1_grpc.DRAResourceHealthServicer):
+    """For an asyncio server (a fleet's nodes)."""
+
+    def __init__(self, *, board: HealthBoard) -> None:
+        self._board = board
+
+    async def NodeWatchResources(
+        self, request: h1.NodeWatchResourcesRequest, context: aio.ServicerContext[object, object]
+    ) -> AsyncIterator[h1.NodeWatchResourcesResponse]:
+        async for batch in _async_stream(self._board, "v1"):
+            yield _v1(batch)
+
+
+class AsyncHealthV1alpha1Servicer(h1a1_grpc.DRAResourceHealthServicer):
+    def __init__(self, *, board: HealthBoard) -> None:
+        self._board = board
+
+    async def NodeWatchResources(
+        self, request: h1a1.NodeWatchResourcesRequest, context: aio.ServicerContext[object, object]
+    ) -> AsyncIterator[h1a1.NodeWatchResourcesResponse]:
+        async for batch in _async_stream(self._board, "v1alpha1"):
             yield _v1alpha1(batch)

@@ -113,6 +113,7 @@ async def run_fleet(args: argparse.Namespace) -> None:
                 # A thousand watches would measure the watch cache, not the fleet (and share one client's pool).
                 watch_device_faults=False,
                 cache_claims=False,
+                threaded_dra=False,
             ),
             client=plugin_client,
             inventory=inventory,

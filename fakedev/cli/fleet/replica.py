@@ -148,7 +148,9 @@ class FleetReplica:
                     cdi_dir=layout.cdi,
                     credentials=self.credentials,
                     watch_device_faults=s.device_faults,
-                    cache_claims=False,  # nothing prepares on a fleet's nodes; a watch per node would cost
+                    # Per node, a watch of every claim and a server's polling thread: more than they would save.
+                    cache_claims=False,
+                    threaded_dra=False,
                 ),
                 client=self._plugin_client(schema.driver),
             )
