@@ -63,10 +63,6 @@ class DriverApi:
     def field_manager(self) -> str:
         return f"fakedev/{self.driver}"
 
-    def get_claim(self, *, namespace: str, name: str) -> JsonObj:
-        with _translated(f"GET resourceclaim {namespace}/{name}"):
-            return self.client.get(RESOURCE_CLAIMS, name, namespace=namespace)
-
     def get_claim_later(self, *, namespace: str, name: str) -> PendingClaim:
         """Send the claim's GET now; :meth:`PendingClaim.result` reads the answer (the caller works meanwhile)."""
         what = f"GET resourceclaim {namespace}/{name}"
