@@ -15,29 +15,16 @@ shared; loading the state holds it exclusive.
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fakedev.driver.fsutil import PRIVATE_DIR_MODE, make_dirs, open_lock_file
+from fakedev.driver.instance_lock import InstanceLock
 from fakedev.driver.state import ClaimState
 from fakedev.faults import Faults
 from fakedev.kube import PendingClaim
 from kubeletapi.types import ClaimRef, PrepareResult
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path, *, shared: bool) -> Iterator[None]:
-    make_dirs(path.parent, mode=PRIVATE_DIR_MODE)
-    fd = open_lock_file(path)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing the descriptor releases the lock
 
 
 @dataclass(kw_only=True)
@@ -107,25 +94,30 @@ class ConcurrentDriver:
     lock_path: Path
     faults: Faults = field(default_factory=Faults)
     locks: ClaimLocks = field(default_factory=ClaimLocks)
+    instances: InstanceLock = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.instances = InstanceLock(path=self.lock_path)
 
     def load(self) -> list[Path]:
         """Load the state with the instances' lock held exclusive (blocking); returns the temp files collected."""
-        with _file_lock(self.lock_path, shared=False):
+        with self.instances.exclusive():
             return self.state.load()
 
     def close(self) -> None:
         self.state.close()
+        self.instances.close()
 
     def _prepare_all(
         self, claims: Sequence[ClaimRef], *, ahead: Mapping[str, PendingClaim]
     ) -> dict[str, PrepareResult]:
-        with _file_lock(self.lock_path, shared=True):
+        with self.instances.shared():
             if (error := self.faults.prepare.apply()) is not None:
                 return {c.uid: PrepareResult(error=error) for c in claims}
             return {c.uid: self.state.prepare(c, ahead=ahead.get(c.uid)) for c in claims}
 
     def _unprepare_all(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
-        with _file_lock(self.lock_path, shared=True):
+        with self.instances.shared():
             if (error := self.faults.unprepare.apply()) is not None:
                 return {c.uid: error for c in claims}
             return {c.uid: self.state.unprepare(c) for c in claims}

@@ -153,6 +153,7 @@ class PluginApp:
     """Checkpoint, fake /dev and /sys."""
     devices: DeviceBoard
     state: ClaimState
+    core: ConcurrentDriver
     faults: Faults
     server: PluginServer
     control: ControlServer
@@ -301,6 +302,7 @@ class PluginApp:
             data_dir=data_dir,
             devices=devices,
             state=state,
+            core=core,
             faults=faults,
             server=server,
             control=control,
@@ -430,7 +432,7 @@ class PluginApp:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.server.stop()
-        await asyncio.to_thread(self.state.close)  # status writes still owed stay in the journal for the next start
+        await asyncio.to_thread(self.core.close)  # status writes still owed stay in the journal for the next start
 
 
 def render_status(
