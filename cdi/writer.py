@@ -14,12 +14,12 @@ umask: runtimes apply its specs as root, so nobody else may be able to add one.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
+import orjson
 import yaml
 
 from cdi.errors import PathEscapeError, WriteError
@@ -45,7 +45,7 @@ def render_spec_text(spec: Spec, *, path: Path) -> str:
     library's YAML files do (pure)."""
     document = spec.to_json()
     if format_for(path) == "json":
-        return json.dumps(document, indent=2) + "\n"
+        return orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n"
     fast = render_block_yaml(document)
     if fast is not None:
         return fast

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
+import orjson
 import urllib3
 
 from kubeclient.errors import ApiError, ApiUnavailableError, ConflictError, OfficialLoaderNeededError
@@ -202,7 +203,7 @@ class KubeClient:
         data: bytes | None = None
         if body is not None:
             headers["Content-Type"] = content_type
-            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            data = body if isinstance(body, bytes) else orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS)
         try:
             return self._connections.begin(method, target, body=data, headers=headers, timeout=timeout or self._timeout)
         except TransportError as exc:
@@ -218,7 +219,7 @@ class KubeClient:
             return payload
         if resp.body:
             try:
-                payload = json.loads(resp.body)
+                payload = orjson.loads(resp.body)
             except ValueError:
                 payload = {"message": resp.body.decode(errors="replace")}
         if resp.status >= 400:
@@ -405,7 +406,7 @@ class KubeClient:
                     while b"\n" in buffer:
                         line, buffer = buffer.split(b"\n", 1)
                         if line.strip():
-                            yield json.loads(line)
+                            yield orjson.loads(line)
             except (urllib3.exceptions.HTTPError, OSError) as exc:
                 raise ApiUnavailableError(f"watch {res.plural} broke: {exc}") from exc
         finally:

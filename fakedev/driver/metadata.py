@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, Final, NotRequired, TypedDict
 
+import orjson
+
 import cdi
 
 METADATA_API_VERSIONS: Final = ("metadata.resource.k8s.io/v1beta1", "metadata.resource.k8s.io/v1alpha1")
@@ -73,7 +75,7 @@ def render_metadata_stream(*, claim: ClaimIdentity, generation: int, requests: S
         body["podClaimName"] = claim.pod_claim_name
     body["requests"] = [dict(r) for r in requests]
     docs = [{"apiVersion": v, "kind": "DeviceMetadata", **body} for v in METADATA_API_VERSIONS]
-    return b"".join(json.dumps(d, sort_keys=False, separators=(",", ":")).encode() + b"\n" for d in docs)
+    return b"".join(orjson.dumps(d) + b"\n" for d in docs)
 
 
 def host_claim_dir_name(*, namespace: str, name: str, uid: str) -> str:
