@@ -3,7 +3,9 @@
 A claim's metadata directory lives on the node's disk, where each ``rmdir`` costs about 60 µs (ext4, idle) and an
 unprepare made two; a rename into the trash costs one tenth of that and takes the directory out of the metadata
 tree at once (containers mount it by path; none runs any more when unprepare is called). A thread deletes what the
-trash holds; whatever a stop or a crash leaves there is deleted when the state is loaded again. The trash sits in
+trash holds, woken once per :data:`BATCH` directories: waking it on every unprepare cost that unprepare about 70 µs
+(the wake-up, then the thread's Python competing for the GIL while the call finished). What a stop leaves there
+is deleted by :meth:`Trash.close`, what a crash leaves when the state is loaded again. The trash sits in
 the plugin's own data directory, next to the metadata tree, so the rename never crosses file systems; when it fails
 anyway the directory is removed in place.
 """
@@ -26,8 +28,8 @@ from fakedev.driver.fsutil import PRIVATE_DIR_MODE, make_dirs
 log = logging.getLogger("fakedev.driver.trash")
 
 TRASH_DIR_NAME: Final = "trash"
-_STOP: Final = Path()
-"""Queued to end the deleting thread."""
+BATCH: Final = 64
+"""Directories the trash collects before its thread is woken to delete them."""
 
 
 @dataclass(kw_only=True)
@@ -35,7 +37,9 @@ class Trash:
     """Mutable on purpose: the trash directory, its deleting thread and what waits for it."""
 
     root: Path
-    _queue: queue.SimpleQueue[Path] = field(default_factory=queue.SimpleQueue)
+    _queue: queue.SimpleQueue[list[Path] | None] = field(default_factory=queue.SimpleQueue)
+    """Batches for the deleting thread; None ends it."""
+    _collected: list[Path] = field(default_factory=list)
     _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -65,15 +69,23 @@ class Trash:
             log.debug("trash: removing in place", extra={"fields": {"dir": str(directory), "error": str(exc)}})
             remove_in_place(directory)
             return
-        self._queue.put(target)
+        with self._lock:
+            self._collected.append(target)
+            if len(self._collected) < BATCH:
+                return
+            batch, self._collected = self._collected, []
+        self._queue.put(batch)
         self._ensure_thread()
 
     def close(self) -> None:
-        """End the deleting thread once it has deleted what was queued before."""
+        """Delete what was collected, and end the deleting thread once it has deleted what was queued before."""
         with self._lock:
             thread, self._thread = self._thread, None
+            batch, self._collected = self._collected, []
+        for entry in batch:
+            _delete(entry)
         if thread is not None:
-            self._queue.put(_STOP)
+            self._queue.put(None)
             thread.join(timeout=5)
 
     def _ensure_thread(self) -> None:
@@ -83,8 +95,9 @@ class Trash:
                 self._thread.start()
 
     def _run(self) -> None:
-        while (entry := self._queue.get()) is not _STOP:
-            _delete(entry)
+        while (batch := self._queue.get()) is not None:
+            for entry in batch:
+                _delete(entry)
 
 
 def _delete(entry: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fakedev.driver.apply import remove_claim_dir
-from fakedev.driver.trash import Trash
+from fakedev.driver.trash import BATCH, Trash
 from harness.procs import wait_for
 
 
@@ -20,14 +20,25 @@ def _in_place(directory: Path) -> None:
     remove_claim_dir(directory, files=())
 
 
-def test_a_discarded_directory_leaves_the_tree_at_once_and_the_trash_soon(tmp_path: Path) -> None:
+def test_discarded_directories_leave_the_tree_at_once_and_the_trash_a_batch_at_a_time(tmp_path: Path) -> None:
     trash = Trash(root=tmp_path / "trash")
-    claim = _claim_dir(tmp_path, "ns_c_uid")
-    trash.discard(claim, remove_in_place=_in_place)
-    assert not claim.exists()
+    claims = [_claim_dir(tmp_path, f"ns_c{i}_uid{i}") for i in range(BATCH)]
+    for claim in claims[:-1]:
+        trash.discard(claim, remove_in_place=_in_place)
+        assert not claim.exists()
+    assert len(list((tmp_path / "trash").iterdir())) == BATCH - 1  # collected, no thread woken yet
+    trash.discard(claims[-1], remove_in_place=_in_place)
     wait_for(lambda: not any((tmp_path / "trash").iterdir()), timeout=10, what="the trash emptied")
     trash.close()
     assert list((tmp_path / "metadata").iterdir()) == []
+
+
+def test_a_stop_deletes_what_the_trash_collected(tmp_path: Path) -> None:
+    trash = Trash(root=tmp_path / "trash")
+    trash.discard(_claim_dir(tmp_path, "ns_c_uid"), remove_in_place=_in_place)
+    assert len(list((tmp_path / "trash").iterdir())) == 1
+    trash.close()
+    assert list((tmp_path / "trash").iterdir()) == []
 
 
 def test_a_directory_already_gone_is_no_error(tmp_path: Path) -> None:
