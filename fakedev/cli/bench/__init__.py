@@ -5,7 +5,8 @@ Sections (all by default; ``--only`` picks some and merges them into an existing
   footprint  plugin start-up to registration, plugin RSS, rendering 64 dgx-h100 nodes, a warm control-plane start
   prepare    prepare/unprepare p50/p99 over N claims and throughput at concurrency 1, 8 and 32: fakedev's GPU
              (gpu.nvidia.com), fakedev's example-schema GPU, sigs.k8s.io/dra-example-driver and fakedev's NIC, all on
-             one control plane through the node emulator's client
+             one control plane through the node emulator's client; and the gRPC floor under those calls: an empty
+             handler's round trip on grpc-go's server and on grpcio's (`*_above_grpc_floor_ms`: each driver's own work)
   scale      100/500/1000 emulated dgx-h100 nodes in one process: render and publish time, RSS, then the real
              kube-scheduler placing 1000 pods that each claim a 1g.10gb MIG slice
   fleet      R replicas × K dgx-h100 nodes installed with the chart's fleet on fakedev's real node (needs root and
@@ -52,7 +53,7 @@ from harness.node.registration import handshake
 from harness.procs import open_run_dir, wait_for
 from kubeclient.errors import KubeClientError
 
-from . import fleetchart, goprofile, plots, prepare, scale
+from . import fleetchart, goprofile, grpcfloor, plots, prepare, scale
 from .stats import Ratio, ratio
 
 SECTIONS: Final = ("footprint", "prepare", "scale", "fleet", "hints")
@@ -291,6 +292,7 @@ def _prepare(
                     _say(f"{subject.title}: prepare p50 {m.prepare.p50_ms} ms, p99 {m.prepare.p99_ms} ms")
 
             asyncio.run(main())
+            results.update(grpcfloor.measure(run=run, say=_say))
         finally:
             shutil.rmtree(cdi_root, ignore_errors=True)
             nics.remove()
@@ -307,6 +309,10 @@ def _prepare(
         for c, rate in m.prepare_per_s.items():
             results[f"{key}_prepare_per_s_c{c}"] = rate
             results[f"{key}_unprepare_per_s_c{c}"] = m.unprepare_per_s[c]
+        # What a call costs above its server's empty round trip: the driver's own work, whatever its language.
+        floor = results["grpc_floor_go_ms" if key.startswith("exdrv") else "grpc_floor_python_ms"]
+        for verb in ("prepare", "unprepare"):
+            results[f"{key}_{verb}_p50_above_grpc_floor_ms"] = round(results[f"{key}_{verb}_p50_ms"] - floor, 3)
     for c in concurrency:
         if f"gpu_prepare_per_s_c{c}" in results:
             results[f"prepare_per_s_c{c}"] = results[f"gpu_prepare_per_s_c{c}"]
