@@ -1,11 +1,8 @@
 """The plugin's checkpoint: which claims are prepared, with everything needed to undo them after a crash, and
 which ``status.devices`` writes are still owed.
 
-Today's format is the journal ``fakedev.dra/checkpoint-v4`` (:mod:`fakedev.driver.journal` writes it; this module
-renders, parses and folds its lines): the lines of ``checkpoint-v3`` followed by free space, NUL bytes the journal
-writes ahead so that an append overwrites blocks the file already has (its ``fdatasync`` then commits no new size).
-A v3 journal loads as it is and is rewritten under the v4 header (a v3 plugin must not append after free space it
-does not know). Older files load and are rewritten as a journal:
+Today's format is the journal ``fakedev.dra/checkpoint-v3`` (:mod:`fakedev.driver.journal` writes it; this module
+renders, parses and folds its lines). Older files load and are rewritten as a journal:
 
 Format ``fakedev.dra/checkpoint-v2``: ``{"version", "checksum", "claims"}`` where ``checksum`` is the SHA-256 of the
 canonical JSON of ``claims``. A file that fails to parse, has an unknown version or a wrong checksum stops the plugin
@@ -35,7 +32,6 @@ from fakedev.errors import CheckpointError
 from fakedev.nics.plan import NicAssignment, PreparedNic
 from kubeletapi.types import PreparedDevice
 
-VERSION_V4: Final = "fakedev.dra/checkpoint-v4"
 VERSION_V3: Final = "fakedev.dra/checkpoint-v3"
 VERSION: Final = "fakedev.dra/checkpoint-v2"
 VERSION_V1: Final = "fakedev.dra/checkpoint-v1"
@@ -179,12 +175,9 @@ class ParsedFile:
     """Entry lines of a v3 journal (0 for older formats)."""
     needs_rewrite: bool
     """An older format, a missing file, or a torn tail: the file must be rewritten before anything is appended."""
-    end: int = 0
-    """Where the next line goes: the end of the last line, before the free space (a journal not to be rewritten)."""
 
 
-JOURNAL_HEADER: Final = b'{"version":"%s"}\n' % VERSION_V4.encode()
-JOURNAL_HEADER_V3: Final = b'{"version":"%s"}\n' % VERSION_V3.encode()
+JOURNAL_HEADER: Final = b'{"version":"%s"}\n' % VERSION_V3.encode()
 
 
 def put_entry(record: ClaimRecord) -> PutEntry:
@@ -250,13 +243,11 @@ def _parse_entry_line(line: bytes) -> JournalEntry | None:
 
 
 def parse_journal(data: bytes, *, source: str) -> ParsedFile:
-    """A v4 (or v3) journal: every good line folded; the free space after the last line skipped; a bad tail (a
-    batch cut short: a line without its newline, NUL bytes where a page never reached the disk) dropped; a bad line
-    followed by a good one is corruption (CheckpointError)."""
+    """A v3 journal: every good line folded; a bad tail (a batch cut short) dropped; a bad line followed by a good
+    one is corruption (CheckpointError)."""
     header, _, rest = data.partition(b"\n")
-    if header + b"\n" not in (JOURNAL_HEADER, JOURNAL_HEADER_V3):
-        raise CheckpointError(f"{source}: not a {VERSION_V4} journal header; kept for inspection")
-    rest = rest.rstrip(b"\0")
+    if header + b"\n" != JOURNAL_HEADER:
+        raise CheckpointError(f"{source}: not a {VERSION_V3} journal header; kept for inspection")
     entries: list[JournalEntry] = []
     bad_at: int | None = None
     lines = rest.split(b"\n")
@@ -276,12 +267,7 @@ def parse_journal(data: bytes, *, source: str) -> ParsedFile:
         entries.append(entry)
     state = fold_entries(JournalState(), entries)
     _check_records(state.claims, source=source)
-    return ParsedFile(
-        state=state,
-        lines=len(entries),
-        needs_rewrite=torn or bad_at is not None or not data.startswith(JOURNAL_HEADER),
-        end=len(header) + 1 + len(rest),
-    )
+    return ParsedFile(state=state, lines=len(entries), needs_rewrite=torn or bad_at is not None)
 
 
 def _check_records(claims: Mapping[str, Any], *, source: str) -> None:
@@ -293,7 +279,7 @@ def _check_records(claims: Mapping[str, Any], *, source: str) -> None:
 def parse_checkpoint_file(data: bytes, *, source: str) -> ParsedFile:
     """Any checkpoint this plugin ever wrote: a v3 journal, or a v2 or v1 document (their claims, to be rewritten
     as a journal). An empty file is no checkpoint of ours (every one starts with its version): CheckpointError."""
-    if data.startswith((JOURNAL_HEADER, JOURNAL_HEADER_V3)):
+    if data.startswith(JOURNAL_HEADER):
         return parse_journal(data, source=source)
     return ParsedFile(state=JournalState(claims=parse_checkpoint(data, source=source)), lines=0, needs_rewrite=True)
 

@@ -2,7 +2,8 @@
 
 ``flock`` belongs to an open file, not to a thread, so the process keeps one descriptor and counts its holders:
 the first call in takes the shared lock, the last one out drops it. A call then costs two ``flock`` at most, where
-opening the lock file per call cost an ``open``, ``fchmod`` and ``close`` as well.
+opening the lock file per call cost an ``open``, ``fchmod`` and ``close`` as well. Closing waits for the last
+holder: a call the server's grace period left running keeps the other instance's start-up out until it is done.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class InstanceLock:
     path: Path
     _fd: int = -1
     _holders: int = 0
+    _closed: bool = False
     _guard: threading.Lock = field(default_factory=threading.Lock)
 
     def _descriptor(self) -> int:
@@ -46,7 +48,10 @@ class InstanceLock:
             with self._guard:
                 self._holders -= 1
                 if not self._holders:
-                    fcntl.flock(self._fd, fcntl.LOCK_UN)
+                    if self._closed:
+                        self._close_descriptor()  # the last call of a stopped plugin releases the lock
+                    else:
+                        fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
@@ -61,8 +66,18 @@ class InstanceLock:
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
 
-    def close(self) -> None:
+    def holders(self) -> int:
         with self._guard:
-            if self._fd >= 0:
-                os.close(self._fd)  # releases whatever this process held
-                self._fd = -1
+            return self._holders
+
+    def close(self) -> None:
+        """Release the lock now, or when the last call holding it ends."""
+        with self._guard:
+            self._closed = True
+            if not self._holders:
+                self._close_descriptor()
+
+    def _close_descriptor(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)  # releases whatever this process held
+            self._fd = -1

@@ -1,4 +1,4 @@
-"""The checkpoint as an append-only journal with group commit (format ``fakedev.dra/checkpoint-v4``).
+"""The checkpoint as an append-only journal with group commit (format ``fakedev.dra/checkpoint-v3``).
 
 Rewriting the whole checkpoint on every prepare made each call cost O(claims held) and serialized every call on one
 fsync. Here a call appends one line and waits for it to be durable; calls that arrive while a batch is being
@@ -6,13 +6,8 @@ synced go together into the next one, so N concurrent prepares share one ``fdata
 journal holds many more lines than live records it is compacted: the folded state is written as a fresh journal
 (temp file, fsync, rename, directory fsync), so its size stays proportional to the claims held.
 
-Layout: line 1 is the header ``{"version":"fakedev.dra/checkpoint-v4"}``; every later line is
-``<crc32 of the JSON, 8 hex digits> <entry JSON>``; after the last line, free space: NUL bytes written ahead
-(:data:`FREE_SPACE` at a time, synced with the batch that needed them), which the next batches overwrite. An append
-that grows the file makes its ``fdatasync`` commit the new size to the file system's journal as well; one into
-blocks the file has only flushes data (197 → 135 µs on this project's ext4 disk, idle).
-
-Entries (:mod:`fakedev.driver.checkpoint` folds them):
+Layout: line 1 is the header ``{"version":"fakedev.dra/checkpoint-v3"}``; every later line is
+``<crc32 of the JSON, 8 hex digits> <entry JSON>``. Entries (:mod:`fakedev.driver.checkpoint` folds them):
 ``put`` records a prepared claim (replacing an earlier record of its UID), ``del`` forgets one, ``status`` says the
 claim's ``status.devices`` is written as recorded. A batch cut short by a crash leaves a torn or garbled tail after
 the last good line; that batch was never acknowledged (its callers were still waiting for the fsync), so the tail
@@ -20,8 +15,12 @@ is dropped, and truncated before the next append. A bad line with good lines aft
 stops, the file kept for inspection.
 
 Across processes (the two instances of a rolling update) appends and compactions take ``flock`` on a lock file
-next to the journal; an instance that finds the journal changed by the other — replaced by its compaction, grown,
-or with a line where its free space began — re-reads it first.
+next to the journal (its descriptor kept open); an instance that finds the journal replaced by another's compaction
+— the file it has open has no name left — re-reads it first.
+
+Appends grow the file: writing ahead free space to overwrite in place would save the size commit of each
+``fdatasync`` (197 → 135 µs here), but a power cut may then keep a batch's later page and lose an earlier one —
+good lines after a hole, which reads as corruption — where a growing file on ext4 only ever loses its tail.
 """
 
 from __future__ import annotations
@@ -48,6 +47,7 @@ from fakedev.driver.checkpoint import (
     render_journal,
 )
 from fakedev.driver.fsutil import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, BeforeRename, atomic_write, open_lock_file
+from fakedev.errors import CheckpointError
 
 log = logging.getLogger("fakedev.driver.journal")
 
@@ -55,8 +55,6 @@ COMPACT_MIN_LINES: Final = 256
 """Never compact a journal shorter than this: a rewrite would cost more than the lines it saves."""
 COMPACT_FACTOR: Final = 4
 """Compact once the journal has this many lines per live record (and at least COMPACT_MIN_LINES)."""
-FREE_SPACE: Final = 128 * 1024
-"""Bytes of free space written ahead when a batch does not fit in what is left (a few hundred lines)."""
 
 
 def lock_path_for(journal: Path) -> Path:
@@ -78,10 +76,6 @@ class ClaimJournal:
     before_sync: Callable[[], None] | None = None
     """A crash point's hook: a batch is written, not synced yet."""
     _fd: int = -1
-    _end: int = 0
-    """Where the next batch goes: the end of the last line, where the free space begins."""
-    _size: int = 0
-    """The file's size as this process left it (lines and free space): any other size is another instance's doing."""
     _lock_fd: int = -1
     """The lock file, kept open: only the leader of a batch (or start-up) takes it, so one descriptor serves."""
     _lines: int = 0
@@ -127,18 +121,20 @@ class ClaimJournal:
             # An old format, no file, or a torn tail to drop: start from a clean journal of the folded state.
             self._write_compacted_locked(parsed.state)
         else:
-            self._reopen(lines=parsed.lines, end=parsed.end)
+            self._reopen(lines=parsed.lines)
 
-    def _reopen(self, *, lines: int, end: int) -> None:
+    def _reopen(self, *, lines: int) -> None:
         if self._fd >= 0:
             os.close(self._fd)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
-        self._size = os.fstat(self._fd).st_size
-        self._end = end
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         self._lines = lines
 
     def close(self) -> None:
+        """Close the files once no batch is being written (a call the server's grace period left running may be
+        mid-batch: its descriptors must stay valid until it has synced and unlocked)."""
         with self._cond:
+            while self._writing:
+                self._cond.wait()
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
@@ -191,37 +187,24 @@ class ClaimJournal:
 
     def _append(self, batch: bytes, *, count: int) -> None:
         with self._locked():
-            if self._changed_by_another():
+            opened = os.fstat(self._fd) if self._fd >= 0 else None
+            if opened is None or not opened.st_nlink:
                 # Another instance compacted the journal (renamed a new file over it, so the one open here has no
-                # name left) or appended to it: fold what the file holds before appending to it.
+                # name left): fold what the new one holds before appending to it.
                 self._reload_locked()
-            end, grown = self._end, self._size
+                opened = os.fstat(self._fd)
+            size = opened.st_size
             try:
-                if end + len(batch) > self._size:
-                    grown = end + len(batch) + FREE_SPACE
-                    _write_at(self._fd, bytes(grown - self._size), offset=self._size)
-                _write_at(self._fd, batch, offset=end)
+                _write_all(self._fd, batch)
                 if self.before_sync is not None:
                     self.before_sync()
                 os.fdatasync(self._fd)
             except OSError:
-                # A short write (a full disk) must not leave half a line for good lines to follow: the file ends
-                # where the batch began (free space is written again when needed).
+                # A short write (a full disk) must not leave half a line for good lines to follow.
                 with contextlib.suppress(OSError):
-                    os.ftruncate(self._fd, end)
-                self._size = end
+                    os.ftruncate(self._fd, size)
                 raise
-            self._size, self._end = grown, end + len(batch)
             self._lines += count
-
-    def _changed_by_another(self) -> bool:
-        if self._fd < 0:
-            return True
-        opened = os.fstat(self._fd)
-        if not opened.st_nlink or opened.st_size != self._size:
-            return True
-        # A line where this process's free space began: the other instance appended into it.
-        return self._end < self._size and os.pread(self._fd, 1, self._end) != b"\0"
 
     # -- compaction ----------------------------------------------------------------------------------------------
 
@@ -234,27 +217,27 @@ class ClaimJournal:
             with self._locked():
                 self._reload_locked()  # another instance's appends belong in the compacted file too
                 self._write_compacted_locked(self.state)
-        except OSError as exc:
-            # The appended batch is durable whatever happens here; the next append re-reads the file if needed.
+        except (OSError, CheckpointError) as exc:
+            # The appended batch is durable whatever happens here, and its callers must hear so (an error escaping
+            # would leave them waiting); the next append re-reads the file and fails if it is unreadable.
             log.warning("journal compaction failed", extra={"fields": {"path": str(self.path), "error": str(exc)}})
 
     def _write_compacted_locked(self, state: JournalState) -> None:
-        data = render_journal(state)
         atomic_write(
             self.path,
-            data,
+            render_journal(state),
             mode=PRIVATE_FILE_MODE,
             dir_mode=PRIVATE_DIR_MODE,
             before_rename=self.before_compact_rename,
         )
-        self._reopen(lines=len(state.claims) + len(state.owed), end=len(data))
+        self._reopen(lines=len(state.claims) + len(state.owed))
 
 
-def _write_at(fd: int, data: bytes, *, offset: int) -> None:
-    """All of ``data`` at ``offset``; a short write (a full disk) raises like a failed one."""
+def _write_all(fd: int, data: bytes) -> None:
+    """All of ``data``; a short write (a full disk) raises like a failed one, so the caller truncates it away."""
     view = memoryview(data)
     while view:
-        written = os.pwrite(fd, view, offset)
+        written = os.write(fd, view)
         if written <= 0:
             raise OSError(errno.ENOSPC, "short write to the checkpoint journal")
-        view, offset = view[written:], offset + written
+        view = view[written:]

@@ -10,7 +10,6 @@ import pytest
 from fakedev.driver import journal as journal_mod
 from fakedev.driver.checkpoint import (
     JOURNAL_HEADER,
-    JOURNAL_HEADER_V3,
     Checkpoint,
     ClaimRecord,
     JournalState,
@@ -152,70 +151,65 @@ def test_a_missing_file_is_an_empty_journal_and_an_empty_file_is_refused(path: P
         ClaimJournal(path=path).open()
 
 
-def test_appends_overwrite_free_space_written_ahead(path: Path) -> None:
-    journal = ClaimJournal(path=path)
-    journal.open()
-    journal.commit([put_entry(_record("a"))])
-    size = path.stat().st_size
-    data = path.read_bytes()
-    lines = data.rstrip(b"\0")
-    assert size >= len(lines) + journal_mod.FREE_SPACE  # the free space is on disk, all NUL bytes
-    assert data[len(lines) :] == bytes(size - len(lines))
-    for uid in ("b", "c", "d"):
-        journal.commit([put_entry(_record(uid))])
-    assert path.stat().st_size == size  # the file kept its size: each append overwrote free space
-    assert path.read_bytes().rstrip(b"\0").count(b"\n") == 5  # the header and four lines
-    journal.close()
-    reopened = ClaimJournal(path=path)
-    assert set(reopened.open().claims) == {"a", "b", "c", "d"}
-    reopened.commit([del_entry("a")])  # goes after the last line, not after the free space
-    assert set(_reloaded(path).claims) == {"b", "c", "d"}
-    assert path.stat().st_size == size
-
-
-def test_a_batch_larger_than_the_free_space_grows_the_file(path: Path) -> None:
-    journal = ClaimJournal(path=path)
-    journal.open()
-    big = [put_entry(_record(f"u{i:04d}")) for i in range(journal_mod.FREE_SPACE // 150)]
-    journal.commit(big)
-    journal.commit(big[:3])
-    assert len(_reloaded(path).claims) == len(big)
-    assert path.stat().st_size > journal_mod.FREE_SPACE
-
-
-def test_two_instances_append_into_the_same_free_space(path: Path) -> None:
-    """Neither overwrites the other's lines: each finds the other's where its free space began, and re-reads."""
+def test_two_instances_appending_in_turn_keep_every_record(path: Path) -> None:
+    """A rolling update's two instances, each appending under the lock: neither's lines are lost."""
     first, second = ClaimJournal(path=path), ClaimJournal(path=path)
     first.open()
-    first.commit([put_entry(_record("f0"))])  # writes the free space both now share
+    first.commit([put_entry(_record("f0"))])
     second.open()
     for i in range(1, 4):
         second.commit([put_entry(_record(f"s{i}"))])
         first.commit([put_entry(_record(f"f{i}"))])
     expected = {"f0", "f1", "f2", "f3", "s1", "s2", "s3"}
     assert set(_reloaded(path).claims) == expected
-    assert set(first.state.claims) == expected
 
 
-def test_a_v3_journal_loads_and_is_rewritten_with_the_v4_header(path: Path) -> None:
-    path.write_bytes(JOURNAL_HEADER_V3 + render_entry(put_entry(_record("old"))))
-    journal = ClaimJournal(path=path)
-    assert set(journal.open().claims) == {"old"}
-    assert path.read_bytes().startswith(JOURNAL_HEADER)
-    journal.commit([put_entry(_record("new"))])
-    assert set(_reloaded(path).claims) == {"old", "new"}
+def test_close_waits_for_the_batch_being_written(path: Path) -> None:
+    """A call the server's grace period left running is mid-batch when the plugin closes its journal."""
+    writing, release = threading.Event(), threading.Event()
+
+    def before_sync() -> None:
+        writing.set()
+        release.wait(timeout=10)
+
+    journal = ClaimJournal(path=path, before_sync=before_sync)
+    journal.open()
+    committed: list[str] = []
+
+    def late_call() -> None:
+        journal.commit([put_entry(_record("late"))])
+        committed.append("late")
+
+    call = threading.Thread(target=late_call)
+    call.start()
+    assert writing.wait(timeout=10)
+    closer = threading.Thread(target=journal.close)
+    closer.start()
+    closer.join(timeout=0.5)
+    assert closer.is_alive()  # still waiting: the batch holds the descriptors
+    release.set()
+    call.join(timeout=10)
+    closer.join(timeout=10)
+    assert committed == ["late"] and not closer.is_alive()
+    assert set(_reloaded(path).claims) == {"late"}
 
 
-def test_a_page_that_never_reached_the_disk_is_a_torn_tail(path: Path) -> None:
-    """A power cut mid-batch: the first line landed, the rest of the batch reads as NUL bytes up to the free space."""
+def test_a_compaction_that_cannot_read_the_file_leaves_the_durable_batch_acknowledged(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(journal_mod, "COMPACT_MIN_LINES", 2)
+    monkeypatch.setattr(journal_mod, "COMPACT_FACTOR", 1)  # the second line makes the leader compact
     journal = ClaimJournal(path=path)
     journal.open()
-    journal.commit([put_entry(_record("synced"))])
-    journal.close()
-    data = path.read_bytes()
-    end = len(data.rstrip(b"\0"))
-    torn = render_entry(put_entry(_record("unsynced")))
-    path.write_bytes(data[:end] + torn[:20] + bytes(len(data) - end - 20))
-    reopened = ClaimJournal(path=path)
-    assert set(reopened.open().claims) == {"synced"}
-    assert b"unsynced" not in path.read_bytes() and path.read_bytes().count(b"\n") == 2  # rewritten without it
+    journal.commit([put_entry(_record("a"))])
+    garbage = path.with_name("garbage")
+
+    def replace_with_garbage() -> None:  # another writer ruins the file between the sync and the compaction
+        garbage.write_bytes(b"not a checkpoint")
+        garbage.rename(path)
+
+    journal.before_sync = replace_with_garbage
+    journal.commit([put_entry(_record("b"))])  # synced, then the compaction fails to read: logged, not raised
+    journal.before_sync = None
+    with pytest.raises(CheckpointError):
+        journal.commit([put_entry(_record("c"))])  # the next append re-reads the file and says it is unreadable
