@@ -114,18 +114,61 @@ def owner_alive(path: Path) -> bool:
         return False
 
 
+PF_KTHREAD: Final = 0x00200000
+"""``/proc/<pid>/stat``'s flags bit for a kernel thread (it has no environment, ever)."""
+EXEC_SETTLE_TRIES: Final = 50
+EXEC_SETTLE_SECONDS: Final = 0.002
+
+
+def compute_environ_pending(stat: str) -> bool:
+    """Whether a process whose environment read empty is still in ``execve`` (pure, from ``/proc/<pid>/stat``).
+
+    ``subprocess.Popen`` returns once the child's close-on-exec descriptors are closed, which the kernel does
+    before it places the new program's environment: for a moment the process shows none, and its ``env_end``
+    (field 51) is still 0. A zombie, a kernel thread or a program started with an empty environment has none for
+    good."""
+    fields = stat.rsplit(")", 1)[-1].split()
+    if len(fields) < 49:
+        return False  # a kernel older than 3.5 does not say; take the empty environment as it is
+    state, flags, env_end = fields[0], int(fields[6]), int(fields[48])
+    return state not in ("Z", "X") and not flags & PF_KTHREAD and env_end == 0
+
+
+def _environ(entry: Path) -> list[bytes] | None:
+    """The process's environment; None when it is gone or unreadable."""
+    try:
+        return (entry / "environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+
+
+def _settled_environ(entry: Path) -> list[bytes] | None:
+    """The environment of a process caught in ``execve``, read again until it shows (a few ms at most)."""
+    for _ in range(EXEC_SETTLE_TRIES):
+        try:
+            if not compute_environ_pending((entry / "stat").read_text()):
+                return _environ(entry)
+        except OSError:
+            return None
+        if (environ := _environ(entry)) is None or environ != [b""]:
+            return environ
+        time.sleep(EXEC_SETTLE_SECONDS)
+    return _environ(entry)
+
+
 def tagged_pids(run_id: str) -> list[int]:
-    """Processes whose environment carries ``FAKEDEV_RUN_ID=<run_id>``."""
+    """Processes whose environment carries ``FAKEDEV_RUN_ID=<run_id>``, including one whose ``execve`` is still
+    under way (it was started just before a reap)."""
     needle = f"{RUN_ENV}={run_id}".encode()
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
-        try:
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                pids.append(int(entry.name))
-        except OSError:
-            continue
+        environ = _environ(entry)
+        if environ == [b""]:
+            environ = _settled_environ(entry)
+        if environ is not None and needle in environ:
+            pids.append(int(entry.name))
     return pids
 
 

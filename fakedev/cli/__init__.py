@@ -12,6 +12,7 @@ from typing import Final
 
 from fakedev import __version__
 from fakedev.errors import FakedevError
+from fakedev.plugin.tuning import grpc_environment
 from harness.errors import HarnessError
 from kubeclient.errors import KubeClientError
 
@@ -66,6 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         only = (words[0],)
     elif words[:1] == ["--version"]:
         only = ()
+    if only == ("plugin",):
+        # Before the command's module imports grpc: its core reads its settings once.
+        os.environ.update(grpc_environment(os.environ))
     parser = build_parser(only=only)
     args = parser.parse_args(words)
     try:

@@ -1,13 +1,18 @@
-"""The pluginregistration service the kubelet's plugin watcher calls on our registration socket."""
+"""The pluginregistration service the kubelet's plugin watcher calls on our registration socket.
+
+:class:`RegistrationServicer` answers in the calling thread (the plugin's threaded server);
+:class:`AsyncRegistrationServicer` is the same for an asyncio server (a fleet's nodes).
+"""
 
 from __future__ import annotations
 
-import asyncio
 import logging
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+import grpc
 from grpc import aio
 
 from kubeletapi import DRA_PLUGIN_TYPE
@@ -26,7 +31,8 @@ class RegistrationState:
     registered: bool = False
     error: str = ""
     notifications: int = 0
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    changed: threading.Event = field(default_factory=threading.Event)
+    """Set on every notification (from whichever thread serves it)."""
 
 
 class RegistrationServicer(reg_grpc.RegistrationServicer):
@@ -36,14 +42,12 @@ class RegistrationServicer(reg_grpc.RegistrationServicer):
         )
         self._state = state
 
-    async def GetInfo(
-        self, request: reg_pb.InfoRequest, context: aio.ServicerContext[object, object]
-    ) -> reg_pb.PluginInfo:
+    def GetInfo(self, request: reg_pb.InfoRequest, context: grpc.ServicerContext) -> reg_pb.PluginInfo:
         log.info("GetInfo", extra={"fields": {"endpoint": self._info.endpoint}})
         return self._info
 
-    async def NotifyRegistrationStatus(
-        self, request: reg_pb.RegistrationStatus, context: aio.ServicerContext[object, object]
+    def NotifyRegistrationStatus(
+        self, request: reg_pb.RegistrationStatus, context: grpc.ServicerContext
     ) -> reg_pb.RegistrationStatusResponse:
         self._state.registered = request.plugin_registered
         self._state.error = request.error
@@ -58,3 +62,17 @@ class RegistrationServicer(reg_grpc.RegistrationServicer):
                 extra={"fields": {"driver": self._info.name, "error": request.error[:MAX_LOGGED_ERROR]}},
             )
         return reg_pb.RegistrationStatusResponse()
+
+
+class AsyncRegistrationServicer(RegistrationServicer):
+    """The same answers on an asyncio server (they never block)."""
+
+    async def GetInfo(  # type: ignore[override]
+        self, request: reg_pb.InfoRequest, context: aio.ServicerContext[object, object]
+    ) -> reg_pb.PluginInfo:
+        return RegistrationServicer.GetInfo(self, request, context)  # type: ignore[arg-type]
+
+    async def NotifyRegistrationStatus(  # type: ignore[override]
+        self, request: reg_pb.RegistrationStatus, context: aio.ServicerContext[object, object]
+    ) -> reg_pb.RegistrationStatusResponse:
+        return RegistrationServicer.NotifyRegistrationStatus(self, request, context)  # type: ignore[arg-type]

@@ -1,11 +1,15 @@
-"""Serve the plugin: DRA + health on the DRA socket first, then registration on the registry socket.
+"""Serve the plugin: DRA, health and registration on their two Unix sockets.
 
-The DRA socket's server is gRPC's threaded one: a prepare blocks (its claim's GET, the journal's fsync), and a
-worker thread that runs it directly answers sooner than the asyncio server with a hop to a thread and back
-(:mod:`fakedev.plugin.dra`). Registration, two calls per plugin start, stays on the asyncio server.
+The plugin serves everything from one gRPC threaded server listening on both sockets: a prepare blocks (its
+claim's GET, the journal's fsync), and a worker thread that runs it directly answers sooner than the asyncio
+server with a hop to a thread and back (:mod:`fakedev.plugin.dra`). One server, because each further gRPC server
+in the process adds a thread polling its own completion queue, and with the gRPC core the ``fakedev plugin``
+command chooses (:func:`fakedev.plugin.tuning.grpc_environment`) that costs every DRA call a wake-up. A fleet of
+nodes in one process (``threaded=False``) serves both sockets of each node from asyncio servers instead.
 
-Serving DRA before registering means the kubelet never learns of an endpoint that cannot answer yet. Sockets are
-0600 in 0750 directories; a stale socket from a previous run is replaced; sockets are removed on stop.
+Both sockets open together, so the kubelet never learns of an endpoint that cannot answer yet. Sockets are 0600 in
+0750 directories; a stale socket from a previous run is replaced; sockets are removed on stop, the registration
+socket first, so the kubelet stops routing new calls before the DRA socket closes.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from fakedev.plugin.health import (
     HealthV1Servicer,
 )
 from fakedev.plugin.paths import PluginPaths
-from fakedev.plugin.registration import RegistrationServicer, RegistrationState
+from fakedev.plugin.registration import AsyncRegistrationServicer, RegistrationServicer, RegistrationState
 from fakedev.plugin.types import DriverCore
 from kubeletapi import (
     SUPPORTED_VERSIONS,
@@ -84,39 +88,44 @@ class PluginServer:
         self.paths.check()
         dra_sock, reg_sock = self.paths.dra_socket, self.paths.registration_socket
         _prepare_socket_path(dra_sock)
+        _prepare_socket_path(reg_sock)
         calls = CallLog(path=self.record_calls) if self.record_calls else None
-        # The guard goes last, so that the recorder sees a request refused as undecodable as a call like any other.
-        asynchronous: list[aio.ServerInterceptor] = [*([CallRecorder(log=calls)] if calls else []), RequestGuard()]
         if self.threaded:
+            # The guard goes last, so that the recorder sees a request refused as undecodable as a call like any
+            # other.
             threaded: list[grpc.ServerInterceptor] = [ThreadedCallRecorder(log=calls)] if calls else []
-            dra = grpc.server(
+            server = grpc.server(
                 futures.ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="dra"),
                 interceptors=[*threaded, ThreadedRequestGuard()],
             )
-            self._add_threaded_services(dra)
-            self._bind(dra, dra_sock)
-            dra.start()
-            self._dra = dra
+            self._add_threaded_services(server)
+            reg_grpc.add_RegistrationServicer_to_server(self._registration(RegistrationServicer), server)
+            self._bind(server, dra_sock)
+            self._bind(server, reg_sock)
+            server.start()
+            self._dra = server
         else:
+            asynchronous: list[aio.ServerInterceptor] = [*([CallRecorder(log=calls)] if calls else []), RequestGuard()]
             loop_served = aio.server(interceptors=asynchronous)
             self._add_async_services(loop_served)
             self._bind(loop_served, dra_sock)
             await loop_served.start()
             self._dra = loop_served
+            self._reg = aio.server(interceptors=asynchronous)
+            reg_grpc.add_RegistrationServicer_to_server(self._registration(AsyncRegistrationServicer), self._reg)
+            self._bind(self._reg, reg_sock)
+            await self._reg.start()
         dra_sock.chmod(SOCKET_MODE)
-
-        _prepare_socket_path(reg_sock)
-        self._reg = aio.server(interceptors=asynchronous)
-        reg_grpc.add_RegistrationServicer_to_server(
-            RegistrationServicer(
-                driver=self.paths.driver, endpoint=str(dra_sock), versions=self.versions, state=self.registration
-            ),
-            self._reg,
-        )
-        self._bind(self._reg, reg_sock)
-        await self._reg.start()
         reg_sock.chmod(SOCKET_MODE)
         log.info("serving", extra={"fields": {"dra": str(dra_sock), "registration": str(reg_sock)}})
+
+    def _registration(self, kind: type[RegistrationServicer]) -> RegistrationServicer:
+        return kind(
+            driver=self.paths.driver,
+            endpoint=str(self.paths.dra_socket),
+            versions=self.versions,
+            state=self.registration,
+        )
 
     def _add_threaded_services(self, server: grpc.Server) -> None:
         dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1Servicer(core=self.core), server)
@@ -140,7 +149,8 @@ class PluginServer:
             raise FakedevError(f"cannot listen on {path}")
 
     async def stop(self, *, grace: float = 1.0) -> None:
-        # Registration goes first so the kubelet stops routing new calls before the DRA socket closes.
+        # Registration goes first so the kubelet stops routing new calls before the DRA socket closes (on the threaded
+        # server, its socket's name goes; the server then stops serving both).
         if self._reg is not None:
             await self._reg.stop(grace)
         with contextlib.suppress(FileNotFoundError):

@@ -3,7 +3,8 @@
 A driver's prepare or unprepare latency is its own work plus what its gRPC server costs per call. That second part
 differs by language, and no work in the plugin can win it back, so the bench measures it apart: grpc-go's standard
 health service (``harness/cluster/gomod/grpc-floor``, built and cached like the other Go programs) and the same
-method on grpcio's threaded server — the server fakedev's plugin serves DRA on — each in its own process, timed
+method on grpcio's threaded server — the server fakedev's plugin serves DRA on, with the gRPC core settings
+``fakedev plugin`` chooses (:func:`fakedev.plugin.tuning.grpc_environment`) — each in its own process, timed
 from the node emulator's client library (grpc.aio over a Unix socket) as the DRA calls are.
 
 ``python -m fakedev.cli.bench.grpcfloor SOCKET`` is the grpcio side.
@@ -12,6 +13,7 @@ from the node emulator's client library (grpc.aio over a Unix socket) as the DRA
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import sys
 import time
@@ -24,6 +26,7 @@ import grpc
 from grpc import aio
 
 from fakedev.plugin.server import DRA_WORKERS
+from fakedev.plugin.tuning import grpc_environment
 from harness.cluster.build import BinaryGroup, GoProgram, build_group, default_cache_root
 from harness.procs import Process, RunDir, start_process, wait_for
 
@@ -90,13 +93,13 @@ def measure(*, run: RunDir, say: Say, calls: int = CALLS) -> dict[str, float]:
     """``grpc_floor_go_ms``, ``grpc_floor_python_ms`` and the difference, ``grpc_floor_gap_ms``."""
     binary = build_group(group=GRPC_FLOOR, cache_root=default_cache_root(), progress=say).path("grpc-floor")
     servers = {
-        "go": [str(binary)],
-        "python": [sys.executable, "-m", "fakedev.cli.bench.grpcfloor"],
+        "go": ([str(binary)], None),
+        "python": ([sys.executable, "-m", "fakedev.cli.bench.grpcfloor"], grpc_environment(os.environ)),
     }
     figures: dict[str, float] = {}
-    for side, argv in servers.items():
+    for side, (argv, env) in servers.items():
         socket = run.path / f"grpc-floor-{side}.sock"
-        process = start_process(name=f"grpc-floor-{side}", argv=[*argv, str(socket)], run=run)
+        process = start_process(name=f"grpc-floor-{side}", argv=[*argv, str(socket)], run=run, env=env)
         try:
             wait_for(_listening(socket, process), timeout=30, what=f"the {side} gRPC server")
             if not process.alive():
