@@ -34,44 +34,51 @@ def _qualified_name_problem(name: str) -> str | None:
     return None
 
 
-def _device_problems(device: Device) -> list[str]:
+@functools.cache  # device and group names repeat on every node
+def _is_dns_label(name: str) -> bool:
+    return _DNS_LABEL.match(name) is not None
+
+
+@functools.cache  # a device's attribute and capacity names are one of a few dozen combinations
+def _names_problems(attributes: tuple[str, ...], capacity: tuple[str, ...]) -> tuple[str, ...]:
     problems: list[str] = []
-    where = f"device {device['name']!r}"
-    if not _DNS_LABEL.match(device["name"]):
-        problems.append(f"{where}: name is not a DNS label")
-    attributes = device.get("attributes", {})
-    capacity = device.get("capacity", {})
     if len(attributes) + len(capacity) > MAX_ATTRIBUTES_AND_CAPACITIES:
         problems.append(
-            f"{where}: {len(attributes) + len(capacity)} attributes and capacities "
-            f"(at most {MAX_ATTRIBUTES_AND_CAPACITIES})"
+            f"{len(attributes) + len(capacity)} attributes and capacities (at most {MAX_ATTRIBUTES_AND_CAPACITIES})"
         )
     if len(attributes) > MAX_ATTRIBUTE_VALUES:
-        problems.append(f"{where}: more than {MAX_ATTRIBUTE_VALUES} attribute values")
-    for names in (attributes, capacity):
-        for name in names:
-            if (problem := _qualified_name_problem(name)) is not None:
-                problems.append(f"{where}: attribute/capacity {name}: {problem}")
+        problems.append(f"more than {MAX_ATTRIBUTE_VALUES} attribute values")
+    for name in (*attributes, *capacity):
+        if (problem := _qualified_name_problem(name)) is not None:
+            problems.append(f"attribute/capacity {name}: {problem}")
+    return tuple(problems)
+
+
+def _device_problems(device: Device) -> list[str]:
+    """Problems without the device's name in front (the caller adds it: most devices have none)."""
+    problems: list[str] = []
+    if not _is_dns_label(device["name"]):
+        problems.append("name is not a DNS label")
+    attributes = device.get("attributes", {})
+    problems += _names_problems(tuple(attributes), tuple(device.get("capacity", ())))
     for name, attribute in attributes.items():
         if len(attribute) != 1:
-            problems.append(f"{where}: attribute {name} must have exactly one value")
+            problems.append(f"attribute {name} must have exactly one value")
         text = attribute.get("string", attribute.get("version"))
         if isinstance(text, str) and len(text) > MAX_STRING:
-            problems.append(f"{where}: attribute {name} is longer than {MAX_STRING} characters")
-    consumptions = device.get("consumesCounters", [])
+            problems.append(f"attribute {name} is longer than {MAX_STRING} characters")
+    consumptions = device.get("consumesCounters", ())
     if len(consumptions) > MAX_CONSUMPTIONS:
-        problems.append(f"{where}: consumes from {len(consumptions)} counter sets (at most {MAX_CONSUMPTIONS})")
+        problems.append(f"consumes from {len(consumptions)} counter sets (at most {MAX_CONSUMPTIONS})")
     for consumption in consumptions:
         if len(consumption["counters"]) > MAX_COUNTERS:
-            problems.append(f"{where}: consumes {len(consumption['counters'])} counters (at most {MAX_COUNTERS})")
-        groups = consumption.get("compatibilityGroups", [])
+            problems.append(f"consumes {len(consumption['counters'])} counters (at most {MAX_COUNTERS})")
+        groups = consumption.get("compatibilityGroups", ())
         if len(groups) > MAX_GROUPS or len(set(groups)) != len(groups):
-            problems.append(f"{where}: at most {MAX_GROUPS} distinct compatibility groups")
-        problems += [
-            f"{where}: compatibility group {g!r} is not a DNS label" for g in groups if not _DNS_LABEL.match(g)
-        ]
-    if len(device.get("taints", [])) > MAX_TAINTS:
-        problems.append(f"{where}: more than {MAX_TAINTS} taints")
+            problems.append(f"at most {MAX_GROUPS} distinct compatibility groups")
+        problems += [f"compatibility group {g!r} is not a DNS label" for g in groups if not _is_dns_label(g)]
+    if len(device.get("taints", ())) > MAX_TAINTS:
+        problems.append(f"more than {MAX_TAINTS} taints")
     return problems
 
 
@@ -95,7 +102,8 @@ def slice_problems(resource_slice: ResourceSlice) -> list[str]:
     if len({d["name"] for d in devices}) != len(devices):
         problems.append("device names repeat")
     for device in devices:
-        problems += _device_problems(device)
+        if found := _device_problems(device):
+            problems += [f"device {device['name']!r}: {p}" for p in found]
     if len(counter_sets) > MAX_COUNTER_SETS:
         problems.append(f"{len(counter_sets)} counter sets (at most {MAX_COUNTER_SETS})")
     for counter_set in counter_sets:

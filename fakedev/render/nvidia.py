@@ -14,6 +14,7 @@ attribute (``features.partitionTypeAttribute``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Final, Protocol
@@ -171,19 +172,33 @@ def _vfio(gpu: PassthroughGpu, *, release: NvidiaRelease, pool: str) -> tuple[De
 
 
 def _engine_counters(engines: Engines, *, memory_mib: int) -> dict[str, Counter]:
-    return {
-        "multiprocessors": values.counter(engines.multiprocessors),
-        "copy-engines": values.counter(engines.copy_engines),
-        "decoders": values.counter(engines.decoders),
-        "encoders": values.counter(engines.encoders),
-        "jpeg-engines": values.counter(engines.jpeg_engines),
-        "ofa-engines": values.counter(engines.ofa_engines),
-        "memory": values.counter_mebibytes(memory_mib),
-    }
+    return dict(_shared_engine_counters(engines, memory_mib))
 
 
 def _slice_counters(placement: Placement) -> dict[str, Counter]:
-    return {f"memory-slice-{i}": values.counter(1) for i in placement.memory_slices}
+    return dict(_shared_slice_counters(placement))
+
+
+# A profile's engines and a placement's slices render alike on every GPU of every node: built once, copied (the
+# value dicts inside are shared; nothing changes them).
+@functools.cache
+def _shared_engine_counters(engines: Engines, memory_mib: int) -> Mapping[str, Counter]:
+    return MappingProxyType(
+        {
+            "multiprocessors": values.counter(engines.multiprocessors),
+            "copy-engines": values.counter(engines.copy_engines),
+            "decoders": values.counter(engines.decoders),
+            "encoders": values.counter(engines.encoders),
+            "jpeg-engines": values.counter(engines.jpeg_engines),
+            "ofa-engines": values.counter(engines.ofa_engines),
+            "memory": values.counter_mebibytes(memory_mib),
+        }
+    )
+
+
+@functools.cache
+def _shared_slice_counters(placement: Placement) -> Mapping[str, Counter]:
+    return MappingProxyType({f"memory-slice-{i}": values.counter(1) for i in placement.memory_slices})
 
 
 def mig_maxima(product: GpuProduct) -> tuple[Engines, int]:
@@ -218,20 +233,32 @@ def _counter_set(gpu: GpuDevice, *, vgpus: Sequence[VgpuDevice]) -> CounterSet:
 
 
 def _engine_capacity(engines: Engines, *, memory_mib: int) -> dict[str, DeviceCapacity]:
-    return {
-        "multiprocessors": values.count(engines.multiprocessors),
-        "copyEngines": values.count(engines.copy_engines),
-        "decoders": values.count(engines.decoders),
-        "encoders": values.count(engines.encoders),
-        "jpegEngines": values.count(engines.jpeg_engines),
-        "ofaEngines": values.count(engines.ofa_engines),
-        "memory": values.mebibytes(memory_mib),
-    }
+    return dict(_shared_engine_capacity(engines, memory_mib))
 
 
 def _slice_capacity(placement: Placement) -> dict[str, DeviceCapacity]:
     """A pre-created MIG device's ``memorySlice<i>`` = 1 for every memory slice its placement covers."""
-    return {f"memorySlice{i}": values.count(1) for i in placement.memory_slices}
+    return dict(_shared_slice_capacity(placement))
+
+
+@functools.cache
+def _shared_engine_capacity(engines: Engines, memory_mib: int) -> Mapping[str, DeviceCapacity]:
+    return MappingProxyType(
+        {
+            "multiprocessors": values.count(engines.multiprocessors),
+            "copyEngines": values.count(engines.copy_engines),
+            "decoders": values.count(engines.decoders),
+            "encoders": values.count(engines.encoders),
+            "jpegEngines": values.count(engines.jpeg_engines),
+            "ofaEngines": values.count(engines.ofa_engines),
+            "memory": values.mebibytes(memory_mib),
+        }
+    )
+
+
+@functools.cache
+def _shared_slice_capacity(placement: Placement) -> Mapping[str, DeviceCapacity]:
+    return MappingProxyType({f"memorySlice{i}": values.count(1) for i in placement.memory_slices})
 
 
 _PLACEHOLDER_UUID: Final = "MIG-00000000-0000-0000-0000-000000000000"
