@@ -193,3 +193,22 @@ def test_schema_drivers() -> None:
         "dranet": "dra.net",
         "example": "gpu.example.com",
     }
+
+
+def test_devices_of_two_nodes_share_no_dict_a_caller_may_change() -> None:
+    """Counters and capacities are built once per profile and copied: a change to one device's maps (a taint, a
+    capacity) must not show on another device or another node."""
+    first = render_node(resolve_inventory(load_profile("dgx-h100"), node_name="n1"), schemas=[Schema.NVIDIA])
+    second = render_node(resolve_inventory(load_profile("dgx-h100"), node_name="n2"), schemas=[Schema.NVIDIA])
+    before = _json(second.slices)
+    changed = 0
+    for piece in first.slices:
+        for device in cast(list[dict[str, Any]], piece["spec"].get("devices", [])):
+            device["capacity"]["extra"] = {"value": "1"}
+            for consumption in device.get("consumesCounters", []):
+                consumption["counters"]["extra"] = {"value": "1"}
+            changed += 1
+    assert changed > 100
+    assert _json(second.slices) == before
+    devices = [d for s in first.slices for d in cast(list[dict[str, Any]], s["spec"].get("devices", []))]
+    assert len({id(d["capacity"]) for d in devices}) == len(devices)
