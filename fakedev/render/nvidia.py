@@ -172,33 +172,45 @@ def _vfio(gpu: PassthroughGpu, *, release: NvidiaRelease, pool: str) -> tuple[De
 
 
 def _engine_counters(engines: Engines, *, memory_mib: int) -> dict[str, Counter]:
-    return dict(_shared_engine_counters(engines, memory_mib))
+    return dict(_shared_engines(engines, memory_mib)[0])
 
 
 def _slice_counters(placement: Placement) -> dict[str, Counter]:
-    return dict(_shared_slice_counters(placement))
+    return dict(_shared_slices(placement)[0])
+
+
+_ENGINE_NAMES: Final = (
+    ("multiprocessors", "multiprocessors", "multiprocessors"),
+    ("copy_engines", "copy-engines", "copyEngines"),
+    ("decoders", "decoders", "decoders"),
+    ("encoders", "encoders", "encoders"),
+    ("jpeg_engines", "jpeg-engines", "jpegEngines"),
+    ("ofa_engines", "ofa-engines", "ofaEngines"),
+)
+"""Each engine: its field of :class:`Engines`, its counter's name, its capacity's name (memory comes last)."""
 
 
 # A profile's engines and a placement's slices render alike on every GPU of every node: built once, copied (the
 # value dicts inside are shared; nothing changes them).
 @functools.cache
-def _shared_engine_counters(engines: Engines, memory_mib: int) -> Mapping[str, Counter]:
-    return MappingProxyType(
-        {
-            "multiprocessors": values.counter(engines.multiprocessors),
-            "copy-engines": values.counter(engines.copy_engines),
-            "decoders": values.counter(engines.decoders),
-            "encoders": values.counter(engines.encoders),
-            "jpeg-engines": values.counter(engines.jpeg_engines),
-            "ofa-engines": values.counter(engines.ofa_engines),
-            "memory": values.counter_mebibytes(memory_mib),
-        }
+def _shared_engines(engines: Engines, memory_mib: int) -> tuple[Mapping[str, Counter], Mapping[str, DeviceCapacity]]:
+    """The counters a device of these engines consumes, and its capacity."""
+    counters = {counter: values.counter(getattr(engines, field)) for field, counter, _ in _ENGINE_NAMES}
+    capacity = {name: values.count(getattr(engines, field)) for field, _, name in _ENGINE_NAMES}
+    return (
+        MappingProxyType(counters | {"memory": values.counter_mebibytes(memory_mib)}),
+        MappingProxyType(capacity | {"memory": values.mebibytes(memory_mib)}),
     )
 
 
 @functools.cache
-def _shared_slice_counters(placement: Placement) -> Mapping[str, Counter]:
-    return MappingProxyType({f"memory-slice-{i}": values.counter(1) for i in placement.memory_slices})
+def _shared_slices(placement: Placement) -> tuple[Mapping[str, Counter], Mapping[str, DeviceCapacity]]:
+    """The memory-slice counters a placement consumes, and the ``memorySlice<i>`` capacities of a pre-created MIG
+    device there."""
+    return (
+        MappingProxyType({f"memory-slice-{i}": values.counter(1) for i in placement.memory_slices}),
+        MappingProxyType({f"memorySlice{i}": values.count(1) for i in placement.memory_slices}),
+    )
 
 
 def mig_maxima(product: GpuProduct) -> tuple[Engines, int]:
@@ -233,32 +245,12 @@ def _counter_set(gpu: GpuDevice, *, vgpus: Sequence[VgpuDevice]) -> CounterSet:
 
 
 def _engine_capacity(engines: Engines, *, memory_mib: int) -> dict[str, DeviceCapacity]:
-    return dict(_shared_engine_capacity(engines, memory_mib))
+    return dict(_shared_engines(engines, memory_mib)[1])
 
 
 def _slice_capacity(placement: Placement) -> dict[str, DeviceCapacity]:
     """A pre-created MIG device's ``memorySlice<i>`` = 1 for every memory slice its placement covers."""
-    return dict(_shared_slice_capacity(placement))
-
-
-@functools.cache
-def _shared_engine_capacity(engines: Engines, memory_mib: int) -> Mapping[str, DeviceCapacity]:
-    return MappingProxyType(
-        {
-            "multiprocessors": values.count(engines.multiprocessors),
-            "copyEngines": values.count(engines.copy_engines),
-            "decoders": values.count(engines.decoders),
-            "encoders": values.count(engines.encoders),
-            "jpegEngines": values.count(engines.jpeg_engines),
-            "ofaEngines": values.count(engines.ofa_engines),
-            "memory": values.mebibytes(memory_mib),
-        }
-    )
-
-
-@functools.cache
-def _shared_slice_capacity(placement: Placement) -> Mapping[str, DeviceCapacity]:
-    return MappingProxyType({f"memorySlice{i}": values.count(1) for i in placement.memory_slices})
+    return dict(_shared_slices(placement)[1])
 
 
 _PLACEHOLDER_UUID: Final = "MIG-00000000-0000-0000-0000-000000000000"
