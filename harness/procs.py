@@ -143,7 +143,7 @@ def _environ(entry: Path) -> list[bytes] | None:
 
 
 def _settled_environ(entry: Path) -> list[bytes] | None:
-    """The environment of a process caught in ``execve``, read again until it shows (a few ms at most)."""
+    """The environment of a process caught in ``execve``, read again until it shows (0.1 s at most)."""
     for _ in range(EXEC_SETTLE_TRIES):
         try:
             if not compute_environ_pending((entry / "stat").read_text()):

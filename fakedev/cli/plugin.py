@@ -27,7 +27,8 @@ log = logging.getLogger("fakedev.plugin")
 
 DESCRIPTION = """\
 Serve the fake DRA driver's kubelet plugin for one node: DRA v1 and v1beta1 and health v1 and v1alpha1 on
-<kubelet-root>/plugins/<driver>/dra.sock, then registration on <kubelet-root>/plugins_registry/<driver>-reg.sock.
+<kubelet-root>/plugins/<driver>/dra.sock and registration on <kubelet-root>/plugins_registry/<driver>-reg.sock,
+both from one gRPC server on gRPC core's older listener (GRPC_EXPERIMENTS=-event_engine_listener, unless set).
 Devices come from a node profile (`fakedev profile list`); their ResourceSlices are published for --node-name.
 Prepare writes CDI specs into --cdi-dir and device-metadata files below the plugin's data dir, and sets the
 claim's status.devices. Stop with SIGTERM or Ctrl-C; prepared claims survive restarts (checkpoint).

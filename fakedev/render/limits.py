@@ -34,12 +34,12 @@ def _qualified_name_problem(name: str) -> str | None:
     return None
 
 
-@functools.cache  # device and group names repeat on every node
+@functools.lru_cache(maxsize=4096)  # device and group names repeat on every node
 def _is_dns_label(name: str) -> bool:
     return _DNS_LABEL.match(name) is not None
 
 
-@functools.cache  # a device's attribute and capacity names are one of a few dozen combinations
+@functools.lru_cache(maxsize=1024)  # a device's attribute and capacity names are one of a few dozen combinations
 def _names_problems(attributes: tuple[str, ...], capacity: tuple[str, ...]) -> tuple[str, ...]:
     problems: list[str] = []
     if len(attributes) + len(capacity) > MAX_ATTRIBUTES_AND_CAPACITIES:
@@ -102,8 +102,7 @@ def slice_problems(resource_slice: ResourceSlice) -> list[str]:
     if len({d["name"] for d in devices}) != len(devices):
         problems.append("device names repeat")
     for device in devices:
-        if found := _device_problems(device):
-            problems += [f"device {device['name']!r}: {p}" for p in found]
+        problems += [f"device {device['name']!r}: {p}" for p in _device_problems(device)]
     if len(counter_sets) > MAX_COUNTER_SETS:
         problems.append(f"{len(counter_sets)} counter sets (at most {MAX_COUNTER_SETS})")
     for counter_set in counter_sets:

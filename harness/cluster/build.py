@@ -111,14 +111,21 @@ CONTAINERD: Final = BinaryGroup(
     tags="no_btrfs",  # btrfs needs cgo; CGO_ENABLED=0 builds without it
     extra_ldflags=f"-X github.com/containerd/containerd/v2/version.Version={CONTAINERD_VERSION}",
 )
-PAUSE: Final = BinaryGroup(
-    group="pause",
-    module="pause",
-    version="v1",
-    programs=(GoProgram(name="pause", package="fakedev.local/pause"),),
-    version_ldflags=False,
-    own_sources=True,
-)
+
+
+def own_program(name: str) -> BinaryGroup:
+    """One program whose Go sources ship in ``gomod/<name>`` (module ``fakedev.local/<name>``)."""
+    return BinaryGroup(
+        group=name,
+        module=name,
+        version="v1",
+        programs=(GoProgram(name=name, package=f"fakedev.local/{name}"),),
+        version_ldflags=False,
+        own_sources=True,
+    )
+
+
+PAUSE: Final = own_program("pause")
 RUNC_VERSION: Final = "v1.5.3"
 """runc >= 1.4 moves a container's ``linux.netDevices`` into its namespace (runtime-spec 1.3.0)."""
 RUNC: Final = BinaryGroup(

@@ -27,17 +27,10 @@ from grpc import aio
 
 from fakedev.plugin.server import DRA_WORKERS
 from fakedev.plugin.tuning import grpc_environment
-from harness.cluster.build import BinaryGroup, GoProgram, build_group, default_cache_root
+from harness.cluster.build import build_group, default_cache_root, own_program
 from harness.procs import Process, RunDir, start_process, wait_for
 
-GRPC_FLOOR: Final = BinaryGroup(
-    group="grpc-floor",
-    module="grpc-floor",
-    version="v1",
-    programs=(GoProgram(name="grpc-floor", package="fakedev.local/grpc-floor"),),
-    version_ldflags=False,
-    own_sources=True,
-)
+GRPC_FLOOR: Final = own_program("grpc-floor")
 HEALTH_CHECK: Final = "/grpc.health.v1.Health/Check"
 SERVING: Final = b"\x08\x01"
 """A serialized ``HealthCheckResponse{status: SERVING}``: the grpcio side answers what grpc-go's does."""
