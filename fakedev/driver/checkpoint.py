@@ -70,6 +70,9 @@ class ClaimRecord(TypedDict):
     nics: list[NicRecord]
     mdevs: list[str]
     """UUIDs of the mediated devices prepare created (vGPUs), removed again on unprepare."""
+    unconfirmed: NotRequired[bool]
+    """Written before the API server's answer confirmed the allocation it was planned from (a watch cache's): not
+    trusted until a read has (:meth:`fakedev.driver.state.ClaimState.held`); absent once confirmed."""
     bootId: NotRequired[str]
     """The node's boot in which the claim's files were written without fsync (:mod:`fakedev.driver.boot`); the
     record is trusted only in that boot. Absent: the files were fsynced (or live on a volatile CDI directory)."""

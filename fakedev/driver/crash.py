@@ -51,6 +51,9 @@ class CrashPoint(StrEnum):
     """A batch of journal lines is written, not synced yet (prepares, unprepares and status writes pass it)."""
     CHECKPOINT_TEMP = "checkpoint-temp"
     """The compacted journal is in its temp file, not renamed yet (passed only when a commit compacts)."""
+    PREPARE_BEFORE_CONFIRM = "prepare-before-confirm"
+    """A claim planned from the watch cache is recorded (unconfirmed), the API server's answer not read yet (drivers
+    that write no claim status)."""
     PREPARE_AFTER_CHECKPOINT = "prepare-after-checkpoint"
     UNPREPARE_AFTER_CLAIM_SPEC = "unprepare-after-claim-spec"
     UNPREPARE_AFTER_METADATA_SPECS = "unprepare-after-metadata-specs"

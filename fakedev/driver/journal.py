@@ -135,6 +135,11 @@ class ClaimJournal:
         with self._cond:
             while self._writing:
                 self._cond.wait()
+            if self._pending and self._fd >= 0:
+                self._lead()  # entries queued by commit_later; a failure is logged, not raised, by their nature
+                for first, _last, error in self._failures:
+                    if first > self._queued:
+                        log.warning("queued journal entries not written", extra={"fields": {"error": str(error)}})
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
@@ -161,6 +166,12 @@ class ClaimJournal:
             for first, last, error in self._failures:
                 if first <= mine <= last:
                     raise error
+
+    def commit_later(self, entries: Sequence[JournalEntry]) -> None:
+        """Queue ``entries`` for the next batch, without waiting for it: for what may be lost (a confirmation a
+        restart can redo), never for what an answer depends on. :meth:`close` writes what is still queued."""
+        with self._cond:
+            self._pending.extend(entries)
 
     def _lead(self) -> None:
         """With ``_cond`` held: write every pending entry as one batch, the condition released meanwhile."""

@@ -126,6 +126,8 @@ class ClaimState:
     trash: Trash = field(init=False)
     outbox: StatusOutbox | None = field(init=False)
     """None without an API server (nothing to write to)."""
+    _confirmed: set[str] = field(init=False, default_factory=set)
+    """Claims recorded unconfirmed whose read this process has since seen agree (their confirmation is queued)."""
 
     def __post_init__(self) -> None:
         self.journal = ClaimJournal(
@@ -198,7 +200,7 @@ class ClaimState:
         known = self.claims.get(ref.uid)
         if known is None or (known["namespace"], known["name"]) != (ref.namespace, ref.name):
             return None
-        if not self._files_present(known):
+        if not self._trusted(known):
             return None
         return PrepareResult(devices=tuple(prepared_device(d) for d in known["devices"]))
 
@@ -235,13 +237,18 @@ class ClaimState:
                 f"claim {ref.uid} is prepared on this node as {known['namespace']}/{known['name']}; "
                 f"refusing to prepare it as {ref.namespace}/{ref.name}"
             )
-        if known is not None and self._files_present(known):
+        if known is not None and self._trusted(known):
             return tuple(prepared_device(d) for d in known["devices"])
         if self.api is None:
             raise ClaimError(f"no API server configured; cannot read claim {ref.namespace}/{ref.name}")
         cached = self.cache.get(ref.uid) if self.cache is not None and known is None else None
         pending = ahead or self.api.get_claim_later(namespace=ref.namespace, name=ref.name)
+        writes_status = self.writes_device_status and self.outbox is not None
         if cached is not None and (cached.namespace, cached.name) == (ref.namespace, ref.name):
+            if not writes_status:
+                done = self._prepare_before_answer(ref, cached=cached, pending=pending)
+                if done is not None:
+                    return done
             plan = self._prepare_from_cache(ref, cached=cached, pending=pending)
         else:
             # Read fresh, never from a watch cache alone: the kubelet names only namespace, name and UID, a
@@ -251,7 +258,7 @@ class ClaimState:
             self._apply(plan)
         entries: list[JournalEntry] = [put_entry(plan.record)]
         owed = None
-        if self.writes_device_status and self.outbox is not None:
+        if writes_status:
             owed = owed_status(uid=ref.uid, namespace=ref.namespace, name=ref.name, devices=list(plan.status_devices))
             entries.append(owe_entry(owed))
         self.crash.reached(CrashPoint.PREPARE_BEFORE_CHECKPOINT)
@@ -260,6 +267,58 @@ class ClaimState:
         if owed is not None and self.outbox is not None:
             self.outbox.owe(owed)  # written after the answer; owed in the journal until it is through
         return plan.prepared
+
+    def _prepare_before_answer(
+        self, ref: ClaimRef, *, cached: ClaimPlan, pending: PendingClaim
+    ) -> tuple[PreparedDevice, ...] | None:
+        """A claim not held yet, whose plan the watch cache has, for a driver that writes no claim status: its files
+        and its record (marked unconfirmed) are written while the API server answers the GET, so the record's
+        fdatasync is off the answer's path too. The answer decides: the same plan is confirmed (queued for the next
+        journal batch; a restart before it only costs a read); another one (reallocated since the watch saw it)
+        replaces the early files and record; an error undoes both and is raised. A crash before the answer leaves
+        an unconfirmed record, which no prepare answers from without reading the claim again. None: nothing done
+        (a cached plan that cannot be planned, NICs or mdevs, which never move before an answer confirms them)."""
+        try:
+            early = self._plan(cached)
+        except ClaimError:
+            return None
+        if early.nics or early.mdevs:
+            return None
+        unconfirmed = early.record.copy()
+        unconfirmed["unconfirmed"] = True
+        try:
+            self._apply(early)
+            self.crash.reached(CrashPoint.PREPARE_BEFORE_CHECKPOINT)
+            self.journal.commit([put_entry(unconfirmed)])
+        except BaseException:
+            pending.abandon()
+            raise
+        self.crash.reached(CrashPoint.PREPARE_BEFORE_CONFIRM)
+        try:
+            fresh = compute_claim_plan(pending.result(), uid=ref.uid, driver=self.driver, node_name=self.node_name)
+        except BaseException:
+            self._withdraw(early)
+            raise
+        if fresh == cached:
+            self._confirmed.add(ref.uid)
+            self.journal.commit_later([put_entry(early.record)])
+            self.crash.reached(CrashPoint.PREPARE_AFTER_CHECKPOINT)
+            return early.prepared
+        self._undo(early)
+        plan = self._plan(fresh)
+        self._apply(plan)
+        self.journal.commit([put_entry(plan.record)])
+        self.crash.reached(CrashPoint.PREPARE_AFTER_CHECKPOINT)
+        return plan.prepared
+
+    def _withdraw(self, early: PreparePlan) -> None:
+        """Undo an early prepare the API server's answer did not confirm (an error): its files and its record. What
+        fails here is logged: the unconfirmed record left is never answered from, and unprepare removes it."""
+        try:
+            self._undo(early)
+            self.journal.commit([del_entry(early.uid)])
+        except Exception as exc:  # the answer's own error is what the caller must see
+            log.warning("early prepare not undone", extra={"fields": {"claim": early.uid, "error": str(exc)}})
 
     def _prepare_from_cache(self, ref: ClaimRef, *, cached: ClaimPlan, pending: PendingClaim) -> PreparePlan:
         """Prepare a claim not held yet whose plan the watch cache has: its GET (``pending``) is out, and the cached
@@ -349,6 +408,12 @@ class ClaimState:
             )
         return found
 
+    def _trusted(self, record: ClaimRecord) -> bool:
+        """Whether a held claim may be answered from its record: confirmed by a read and every file in place."""
+        if record.get("unconfirmed") and record["uid"] not in self._confirmed:
+            return False
+        return self._files_present(record)
+
     def _files_present(self, record: ClaimRecord) -> bool:
         """A node reboot wipes the CDI dir (volatile), and a metadata file a spec mounts may be gone too; then the
         claim is prepared again from scratch. So is a claim whose files were written unsynced in another boot: a
@@ -366,6 +431,7 @@ class ClaimState:
         except ClaimError as exc:
             return str(exc)
         record = self.claims.get(ref.uid)
+        self._confirmed.discard(ref.uid)
         plan = compute_unprepare_plan(
             driver=self.driver,
             node_name=self.node_name,

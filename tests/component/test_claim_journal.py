@@ -213,3 +213,23 @@ def test_a_compaction_that_cannot_read_the_file_leaves_the_durable_batch_acknowl
     journal.before_sync = None
     with pytest.raises(CheckpointError):
         journal.commit([put_entry(_record("c"))])  # the next append re-reads the file and says it is unreadable
+
+
+def test_entries_queued_for_later_ride_the_next_batch_or_are_written_on_close(path: Path) -> None:
+    """``commit_later`` waits for nothing and syncs nothing of its own: a confirmation goes into the next commit's
+    write and fdatasync, and what is still queued when the journal closes is written then."""
+    syncs: list[int] = []
+    journal = ClaimJournal(path=path, before_sync=lambda: syncs.append(1))
+    journal.open()
+    unconfirmed = _record("a")
+    unconfirmed["unconfirmed"] = True
+    journal.commit([put_entry(unconfirmed)])
+    journal.commit_later([put_entry(_record("a"))])
+    assert len(syncs) == 1 and _reloaded(path).claims["a"].get("unconfirmed") is True  # nothing written yet
+    journal.commit([put_entry(_record("b"))])
+    assert len(syncs) == 2  # one batch carried both
+    assert _reloaded(path).claims == {"a": _record("a"), "b": _record("b")} == journal.state.claims
+
+    journal.commit_later([del_entry("b")])
+    journal.close()
+    assert len(syncs) == 3 and _reloaded(path).claims == {"a": _record("a")}

@@ -1,6 +1,7 @@
 """The claim cache against the worker's real API server: what the watch keeps, and prepares that start from a copy
 the API no longer has (a reallocated claim, a replaced one) — they must answer what the API says and leave no file
-of the stale copy behind."""
+of the stale copy behind. These states write no claim status (as no NVIDIA release does), so a prepare records the
+cached plan, unconfirmed, while its GET is answered: a crash in between must leave a record nothing answers from."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from typing import Any
 import pytest
 
 from fakedev.driver.cdi_layout import cdi_layout_for
+from fakedev.driver.checkpoint import Checkpoint
 from fakedev.driver.claim_cache import ClaimCache, ClaimWatch
+from fakedev.driver.crash import CrashPoint, CrashSwitch, parse_crash_at
 from fakedev.driver.state import ClaimState, StatePaths
 from fakedev.kube import DriverApi
 from fakedev.model.inventory import resolve_inventory
@@ -78,8 +81,19 @@ class _Reads:
         return self.api.read_ahead_claim(**kwargs)
 
 
-@pytest.fixture
-def state(tmp_path: Path, kube: KubeClient, rendered: RenderedNode) -> Iterator[tuple[ClaimState, ClaimCache, _Reads]]:
+class _Killed(BaseException):
+    """Stands in for the SIGKILL of an armed crash point: nothing after it runs, no handler undoes anything."""
+
+
+class _RaisingSwitch(CrashSwitch):
+    def reached(self, point: CrashPoint) -> None:
+        if self.armed is not None and point is self.armed.point:
+            raise _Killed(point)
+
+
+def _claim_state(
+    tmp_path: Path, kube: KubeClient, rendered: RenderedNode, *, crash: CrashSwitch | None = None
+) -> tuple[ClaimState, ClaimCache, _Reads]:
     cache = ClaimCache(driver=DRIVER, node_name=NODE)
     reads = _Reads(DriverApi(client=kube, driver=DRIVER, node_name=NODE))
     claim_state = ClaimState(
@@ -97,8 +111,15 @@ def state(tmp_path: Path, kube: KubeClient, rendered: RenderedNode) -> Iterator[
         lookup=lambda pool, name: rendered.device(driver=DRIVER, pool=pool, name=name),
         writes_device_status=False,
         cache=cache,
+        crash=crash or CrashSwitch(),
     )
     claim_state.load()
+    return claim_state, cache, reads
+
+
+@pytest.fixture
+def state(tmp_path: Path, kube: KubeClient, rendered: RenderedNode) -> Iterator[tuple[ClaimState, ClaimCache, _Reads]]:
+    claim_state, cache, reads = _claim_state(tmp_path, kube, rendered)
     yield claim_state, cache, reads
     claim_state.close()
 
@@ -151,6 +172,52 @@ def test_a_cached_copy_the_api_confirms_is_prepared_with_one_get(
     assert not result.error and [d.device for d in result.devices] == ["gpu-0"]
     assert reads.gets == 1  # the cache never replaces the GET
     assert '=gpu-0"' in _spec_text(claim_state.paths) and claim["metadata"]["uid"] in claim_state.claims
+    # On disk the record went in before the GET's answer, marked unconfirmed; the confirmation waits for the next
+    # journal batch. This process saw the answer: a repeated prepare is answered from the record, no GET.
+    journal = Checkpoint(path=claim_state.paths.checkpoint)
+    assert journal.read().claims[claim["metadata"]["uid"]].get("unconfirmed") is True
+    assert claim_state.prepare(_ref(claim)) == result and reads.gets == 1
+    claim_state.close()  # writes the queued confirmation
+    assert "unconfirmed" not in journal.read().claims[claim["metadata"]["uid"]]
+
+
+def test_a_crash_before_the_answer_leaves_a_record_no_prepare_answers_from_unread(
+    tmp_path: Path, kube: KubeClient, test_namespace: str, rendered: RenderedNode
+) -> None:
+    """Killed between recording the cached plan and reading the GET's answer: the next process holds an
+    unconfirmed record. The kubelet, never answered, asks again — by then the claim was reallocated (the cached
+    copy was stale): the answer is the API's device, read again, and nothing of the stale plan stays."""
+    switch = _RaisingSwitch()
+    switch.armed = parse_crash_at(CrashPoint.PREPARE_BEFORE_CONFIRM.value)
+    claim_state, cache, _reads = _claim_state(tmp_path, kube, rendered, crash=switch)
+    stale = _claim(kube, namespace=test_namespace, name="crashed", device="gpu-0")
+    cache.replace([stale])
+    ref = _ref(stale)
+    ahead = _reads.get_claim_later(namespace=ref.namespace, name=ref.name)
+    with pytest.raises(_Killed):
+        claim_state.prepare(ref, ahead=ahead)
+    ahead.drain()  # what the driver's core does after every prepare (a killed process would just drop it)
+    assert claim_state.claims[ref.uid].get("unconfirmed") is True and '=gpu-0"' in _spec_text(claim_state.paths)
+    claim_state.close()
+    _deallocate(kube, namespace=test_namespace, name="crashed")
+    _allocate(kube, namespace=test_namespace, name="crashed", device="gpu-1")
+
+    restarted, _cache, reads = _claim_state(tmp_path, kube, rendered)
+    try:
+        assert restarted.claims[ref.uid].get("unconfirmed") is True
+        assert restarted.held(ref) is None  # never answered from the record alone
+        result = restarted.prepare(ref)
+        assert not result.error and [d.device for d in result.devices] == ["gpu-1"] and reads.gets == 1
+        record = Checkpoint(path=restarted.paths.checkpoint).read().claims[ref.uid]
+        assert [d["device"] for d in record["devices"]] == ["gpu-1"] and "unconfirmed" not in record
+        text = _spec_text(restarted.paths)
+        assert '=gpu-1"' in text and '=gpu-0"' not in text
+        assert restarted.unprepare(ref) == ""
+        assert (
+            _files(restarted.paths) == [] and ref.uid not in Checkpoint(path=restarted.paths.checkpoint).read().claims
+        )
+    finally:
+        restarted.close()
 
 
 def test_a_claim_reallocated_since_the_watch_saw_it_gets_its_new_device_and_nothing_of_the_old(
@@ -191,6 +258,7 @@ def test_a_replaced_claim_fails_and_leaves_no_file_of_the_copy_the_cache_had(
     assert "deleted and re-created" in result.error
     assert _files(claim_state.paths) == []
     assert old["metadata"]["uid"] not in claim_state.claims
+    assert old["metadata"]["uid"] not in Checkpoint(path=claim_state.paths.checkpoint).read().claims  # withdrawn
 
     # The claim under its new UID is not in the cache: a plain GET prepares it.
     assert cache.get(new["metadata"]["uid"]) is None
@@ -208,3 +276,4 @@ def test_a_deleted_claim_fails_and_leaves_no_file(
     result = claim_state.prepare(_ref(gone))
     assert "404" in result.error or "not found" in result.error
     assert _files(claim_state.paths) == []
+    assert gone["metadata"]["uid"] not in Checkpoint(path=claim_state.paths.checkpoint).read().claims

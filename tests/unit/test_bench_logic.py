@@ -9,6 +9,7 @@ import pytest
 from fakedev.cli.bench import render_table
 from fakedev.cli.bench.goprofile import WATCHED_FRAMES, parse_pprof_top, watched_shares
 from fakedev.cli.bench.plots import Bar, Target, bar_chart, dot_chart
+from fakedev.cli.bench.prepare import compute_turns
 from fakedev.cli.bench.profile import top_entries
 from fakedev.cli.bench.stats import Latency, Ratio, percentile, ratio
 from fakedev.model.inventory import resolve_inventory
@@ -122,3 +123,14 @@ def test_restamped_slices_equal_a_fresh_render_with_that_generation_and_owner() 
     fresh = render_node(inventory, schemas=[Schema.NVIDIA], generation=7, owner=owner)  # type: ignore[arg-type]
     assert restamp_slices(first.slices, generation=7, owner=owner) == list(fresh.slices)  # type: ignore[arg-type]
     assert first.slices[0]["spec"]["pool"]["generation"] == 1  # the original is left alone
+
+
+def test_latency_turns_cover_every_claim_once_and_rotate_who_goes_first() -> None:
+    turns = compute_turns([5, 2, 4], chunk=2)
+    # Round 2 starts with the second subject, which has nothing left; round 3 with the third, done too.
+    assert turns == [(0, 0, 2), (1, 0, 2), (2, 0, 2), (2, 2, 4), (0, 2, 4), (0, 4, 5)]
+    for i, count in enumerate([5, 2, 4]):
+        covered = [n for j, first, end in turns if j == i for n in range(first, end)]
+        assert covered == list(range(count))
+    with pytest.raises(ValueError, match="chunk"):
+        compute_turns([3], chunk=0)

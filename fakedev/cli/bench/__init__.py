@@ -5,8 +5,10 @@ Sections (all by default; ``--only`` picks some and merges them into an existing
   footprint  plugin start-up to registration, plugin RSS, rendering 64 dgx-h100 nodes, a warm control-plane start
   prepare    prepare/unprepare p50/p99 over N claims and throughput at concurrency 1, 8 and 32: fakedev's GPU
              (gpu.nvidia.com), fakedev's example-schema GPU, sigs.k8s.io/dra-example-driver and fakedev's NIC, all on
-             one control plane through the node emulator's client; and the gRPC floor under those calls: an empty
-             handler's round trip on grpc-go's server and on grpcio's (`*_above_grpc_floor_ms`: each driver's own work)
+             one control plane through the node emulator's client, all running at once: the latency run takes turns
+             of 50 claims between them (so ratios compare calls made in the same minutes), throughput one driver
+             after the other; and the gRPC floor under those calls: an empty handler's round trip on grpc-go's server
+             and on grpcio's (`*_above_grpc_floor_ms`: each driver's own work)
   scale      100/500/1000 emulated dgx-h100 nodes in one process: render and publish time, RSS, then the real
              kube-scheduler placing 1000 pods that each claim a 1g.10gb MIG slice
   fleet      R replicas × K dgx-h100 nodes installed with the chart's fleet on fakedev's real node (needs root and
@@ -275,9 +277,9 @@ def _prepare(
         try:
 
             async def main() -> None:
-                for subject in subjects:
-                    measured[subject.key] = await prepare.measure_subject(
-                        subject,
+                measured.update(
+                    await prepare.measure_subjects(
+                        subjects,
                         kube=kube,
                         kubeconfig=cluster.kubeconfig,
                         run=run,
@@ -288,8 +290,7 @@ def _prepare(
                         profile_dir=out if profile else None,
                         log_dir=out if plugin_log_level.upper() != "WARNING" else None,
                     )
-                    m = measured[subject.key]
-                    _say(f"{subject.title}: prepare p50 {m.prepare.p50_ms} ms, p99 {m.prepare.p99_ms} ms")
+                )
 
             asyncio.run(main())
             results.update(grpcfloor.measure(run=run, say=_say))

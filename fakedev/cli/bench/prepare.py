@@ -5,14 +5,16 @@ the node emulator's plugin manager; calls go over the connection the emulator it
 Claims are real ResourceClaims whose allocation is written to their status, as the scheduler would write it, so
 both drivers read exactly what they read in a cluster; the scheduler is not part of this figure.
 
-Latency: each claim is prepared and then unprepared before the next (one pod at a time on the node). Throughput:
-all claims are prepared with ``c`` calls in flight, each for one claim (different pods, so the kubelet would send
-them separately), then unprepared the same way.
+Latency: each claim is prepared and then unprepared before the next (one pod at a time on the node); the drivers
+take turns of :data:`LATENCY_CHUNK` claims, so each meets the machine's drift at the same times. Throughput: all
+claims are prepared with ``c`` calls in flight, each for one claim (different pods, so the kubelet would send them
+separately), then unprepared the same way, one driver after the other.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import signal
 import subprocess
@@ -40,6 +42,8 @@ NAMESPACE: Final = "default"
 CLASS: Final = "bench-any"
 REGISTER_TIMEOUT: Final = 60.0
 DEVICES: Final = 8
+LATENCY_CHUNK: Final = 50
+"""Claims per turn of one driver in the latency run."""
 Say = Callable[[str], None]
 
 
@@ -188,22 +192,47 @@ def stop_profiler(spy: subprocess.Popen[bytes]) -> None:
     spy.wait(timeout=60)
 
 
-async def measure_subject(
+@dataclass(kw_only=True)
+class _Running:
+    """A subject whose driver is up and registered, with its claims made. Mutable: the results fill in."""
+
+    subject: Subject
+    driver: DriverProcess
+    inst: PluginInstance
+    refs: list[ClaimRef]
+    prep_ms: list[float] = field(default_factory=list)
+    unprep_ms: list[float] = field(default_factory=list)
+
+
+def compute_turns(counts: Sequence[int], *, chunk: int) -> list[tuple[int, int, int]]:
+    """The latency run's schedule: ``(subject index, first claim, end)`` turns of at most ``chunk`` claims, round
+    by round, each subject once per round while it has claims left, the order rotated every round — so every
+    subject meets the machine's drift at the same times and none always goes first (pure)."""
+    if chunk < 1:
+        raise ValueError("chunk must be at least 1")
+    turns = []
+    rounds = max((-(-n // chunk) for n in counts), default=0)
+    for r in range(rounds):
+        for k in range(len(counts)):
+            i = (k + r) % len(counts)
+            first = r * chunk
+            if first < counts[i]:
+                turns.append((i, first, min(counts[i], first + chunk)))
+    return turns
+
+
+async def _start_subject(
     subject: Subject,
     *,
     kube: KubeClient,
     kubeconfig: Path,
     run: RunDir,
     claims: int,
-    concurrency: Sequence[int],
-    say: Say,
     cdi_root: Path,
-    profile_dir: Path | None = None,
-    log_dir: Path | None = None,
-) -> SubjectResult:
-    """``cdi_root``: where the subject's CDI dir goes (a tmpfs, like a real node's /var/run/cdi, unless asked
-    otherwise). ``profile_dir``: sample the driver with py-spy during the latency run (Python drivers only).
-    ``log_dir``: where the driver's log is copied when it has stopped (``driver-<key>.log``)."""
+    say: Say,
+    stack: contextlib.AsyncExitStack,
+    log_dir: Path | None,
+) -> _Running:
     claims = min(claims, subject.claims or claims)
     root = run.path / subject.key
     await asyncio.to_thread(register_node, kube, name=subject.node, declared_features=DECLARED_FEATURES)
@@ -218,38 +247,91 @@ async def measure_subject(
         run=run,
     )
     task = asyncio.create_task(manager.run(), name=f"{subject.key}-plugins")
-    driver.start()
-    try:
-        inst = await manager.wait_registered(subject.driver, timeout=REGISTER_TIMEOUT)
-        devices: list[tuple[str, str]] = []
 
-        def listed() -> bool:
-            devices[:] = published_devices(kube, subject)
-            return bool(devices)
-
-        await asyncio.to_thread(wait_for, listed, timeout=REGISTER_TIMEOUT, what=f"{subject.title}: its slices")
-        say(f"{subject.title}: creating {claims} claims allocated over {len(devices)} devices")
-        refs = await asyncio.to_thread(make_claims, kube, subject, devices=devices, count=claims)
-        say(f"{subject.title}: prepare + unprepare, one claim at a time")
-        assert driver.process is not None
-        spy = (
-            start_profiler(driver.process.pid, out=profile_dir / f"profile-{subject.key}.txt") if profile_dir else None
-        )
-        prep, unprep = await _latency(inst, refs)
-        if spy is not None:
-            stop_profiler(spy)
-        result = SubjectResult(prepare=Latency.of(prep), unprepare=Latency.of(unprep), samples_ms=prep)
-        if not subject.exclusive:
-            for c in concurrency:
-                say(f"{subject.title}: throughput with {c} calls in flight")
-                result.prepare_per_s[c], result.unprepare_per_s[c] = await _throughput(inst, refs, concurrency=c)
-        assert driver.process is not None
-        result.rss_mb = round(memory_mib(driver.process.pid)["VmRSS"], 1)
-        return result
-    finally:
+    async def stop() -> None:
         driver.stop()
         if log_dir is not None and driver.log_path.exists():
             shutil.copyfile(driver.log_path, log_dir / f"driver-{subject.key}.log")
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await manager.close()
+
+    stack.push_async_callback(stop)
+    driver.start()
+    inst = await manager.wait_registered(subject.driver, timeout=REGISTER_TIMEOUT)
+    devices: list[tuple[str, str]] = []
+
+    def listed() -> bool:
+        devices[:] = published_devices(kube, subject)
+        return bool(devices)
+
+    await asyncio.to_thread(wait_for, listed, timeout=REGISTER_TIMEOUT, what=f"{subject.title}: its slices")
+    say(f"{subject.title}: creating {claims} claims allocated over {len(devices)} devices")
+    refs = await asyncio.to_thread(make_claims, kube, subject, devices=devices, count=claims)
+    return _Running(subject=subject, driver=driver, inst=inst, refs=refs)
+
+
+async def measure_subjects(
+    subjects: Sequence[Subject],
+    *,
+    kube: KubeClient,
+    kubeconfig: Path,
+    run: RunDir,
+    claims: int,
+    concurrency: Sequence[int],
+    say: Say,
+    cdi_root: Path,
+    chunk: int = LATENCY_CHUNK,
+    profile_dir: Path | None = None,
+    log_dir: Path | None = None,
+) -> dict[str, SubjectResult]:
+    """Every subject's figures, keyed by :attr:`Subject.key`. All drivers run at once: the latency run takes turns of
+    ``chunk`` claims between them (:func:`compute_turns`), so a ratio of two drivers' latencies compares calls made
+    in the same minutes of a machine whose speed drifts; throughput is then measured one subject at a time.
+
+    ``cdi_root``: where each subject's CDI dir goes (a tmpfs, like a real node's /var/run/cdi, unless asked
+    otherwise). ``profile_dir``: sample each Python driver with py-spy during the latency run. ``log_dir``: where
+    each driver's log is copied when it has stopped (``driver-<key>.log``)."""
+    async with contextlib.AsyncExitStack() as stack:
+        running = [
+            await _start_subject(
+                s,
+                kube=kube,
+                kubeconfig=kubeconfig,
+                run=run,
+                claims=claims,
+                cdi_root=cdi_root,
+                say=say,
+                stack=stack,
+                log_dir=log_dir,
+            )
+            for s in subjects
+        ]
+        say(f"prepare + unprepare, one claim at a time, {len(running)} drivers taking turns of {chunk} claims")
+        spies = []
+        for r in running if profile_dir else []:
+            assert r.driver.process is not None and profile_dir is not None
+            spies.append(start_profiler(r.driver.process.pid, out=profile_dir / f"profile-{r.subject.key}.txt"))
+        for i, first, end in compute_turns([len(r.refs) for r in running], chunk=chunk):
+            prep, unprep = await _latency(running[i].inst, running[i].refs[first:end])
+            running[i].prep_ms += prep
+            running[i].unprep_ms += unprep
+        for spy in spies:
+            if spy is not None:
+                stop_profiler(spy)
+        results = {}
+        for r in running:
+            result = SubjectResult(
+                prepare=Latency.of(r.prep_ms), unprepare=Latency.of(r.unprep_ms), samples_ms=r.prep_ms
+            )
+            say(f"{r.subject.title}: prepare p50 {result.prepare.p50_ms} ms, p99 {result.prepare.p99_ms} ms")
+            if not r.subject.exclusive:
+                for c in concurrency:
+                    say(f"{r.subject.title}: throughput with {c} calls in flight")
+                    result.prepare_per_s[c], result.unprepare_per_s[c] = await _throughput(
+                        r.inst, r.refs, concurrency=c
+                    )
+            assert r.driver.process is not None
+            result.rss_mb = round(memory_mib(r.driver.process.pid)["VmRSS"], 1)
+            results[r.subject.key] = result
+        return results
