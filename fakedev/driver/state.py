@@ -304,10 +304,14 @@ class ClaimState:
             self.journal.commit_later([put_entry(early.record)])
             self.crash.reached(CrashPoint.PREPARE_AFTER_CHECKPOINT)
             return early.prepared
-        self._undo(early)
-        plan = self._plan(fresh)
-        self._apply(plan)
-        self.journal.commit([put_entry(plan.record)])
+        try:
+            self._undo(early)
+            plan = self._plan(fresh)  # may refuse the new allocation: then nothing of this prepare may stay
+            self._apply(plan)
+            self.journal.commit([put_entry(plan.record)])
+        except BaseException:
+            self._withdraw(early)
+            raise
         self.crash.reached(CrashPoint.PREPARE_AFTER_CHECKPOINT)
         return plan.prepared
 

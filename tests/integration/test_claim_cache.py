@@ -21,6 +21,7 @@ from fakedev.model.inventory import resolve_inventory
 from fakedev.model.releases import NVIDIA_DEFAULT
 from fakedev.profiles import load_profile
 from fakedev.render import RenderedNode, Schema, render_node
+from fakedev.render.published import DeviceRef
 from harness.procs import wait_for
 from kubeclient import JsonObj, KubeClient
 from kubeclient.resources import RESOURCE_CLAIMS
@@ -108,7 +109,8 @@ def _claim_state(
         layout=LAYOUT,
         base_spec=None,
         api=reads,  # type: ignore[arg-type]  # the real DriverApi behind a counter
-        lookup=lambda pool, name: rendered.device(driver=DRIVER, pool=pool, name=name),
+        # As the plugin's device model answers: None for a device this node does not publish.
+        lookup=lambda pool, name: rendered.devices.get(DeviceRef(driver=DRIVER, pool=pool, device=name)),
         writes_device_status=False,
         cache=cache,
         crash=crash or CrashSwitch(),
@@ -242,6 +244,24 @@ def test_a_claim_reallocated_since_the_watch_saw_it_gets_its_new_device_and_noth
     # What an unprepare removes is exactly what the prepare left: nothing of the stale copy survives it.
     assert claim_state.unprepare(_ref(stale)) == ""
     assert _files(claim_state.paths) == []
+
+
+def test_a_claim_reallocated_to_a_device_not_published_here_fails_and_leaves_no_record_or_file(
+    kube: KubeClient, test_namespace: str, state: tuple[ClaimState, ClaimCache, _Reads]
+) -> None:
+    """The cached plan was recorded before the answer; the answer's allocation cannot be prepared here: the error is
+    the answer, and the early record goes with the early files (a kubelet told "failed" believes nothing held)."""
+    claim_state, cache, _reads = state
+    stale = _claim(kube, namespace=test_namespace, name="unpublished", device="gpu-0")
+    cache.replace([stale])
+    _deallocate(kube, namespace=test_namespace, name="unpublished")
+    _allocate(kube, namespace=test_namespace, name="unpublished", device="gpu-99")
+
+    result = claim_state.prepare(_ref(stale))
+    assert "gpu-99" in result.error and "not published" in result.error
+    assert _files(claim_state.paths) == []
+    assert stale["metadata"]["uid"] not in claim_state.claims
+    assert stale["metadata"]["uid"] not in Checkpoint(path=claim_state.paths.checkpoint).read().claims
 
 
 def test_a_replaced_claim_fails_and_leaves_no_file_of_the_copy_the_cache_had(
