@@ -137,9 +137,9 @@ class ClaimJournal:
                 self._cond.wait()
             if self._pending and self._fd >= 0:
                 self._lead()  # entries queued by commit_later; a failure is logged, not raised, by their nature
-                for first, _last, error in self._failures:
-                    if first > self._queued:
-                        log.warning("queued journal entries not written", extra={"fields": {"error": str(error)}})
+                # Its batch holds no caller's commit, so its number range starts past the last one queued.
+                if self._failures and (failed := self._failures[-1])[0] > self._queued:
+                    log.warning("queued journal entries not written", extra={"fields": {"error": str(failed[2])}})
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1

@@ -19,7 +19,6 @@ removed by an unprepare.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -66,6 +65,13 @@ log = logging.getLogger("fakedev.driver.state")
 
 Lookup = Callable[[str, str], PublishedDevice | None]
 """(pool, device) → what this node publishes, or None."""
+
+
+def _files_only(plan: PreparePlan) -> bool:
+    """Whether a plan may be carried out before the API server's answer confirms it: NICs and mdevs never move on
+    a plan the answer has not confirmed (a stale allocation may name another claim's); files are named from the
+    claim's UID, so writing them touches nothing of another claim's."""
+    return not plan.nics and not plan.mdevs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -245,11 +251,10 @@ class ClaimState:
         pending = ahead or self.api.get_claim_later(namespace=ref.namespace, name=ref.name)
         writes_status = self.writes_device_status and self.outbox is not None
         if cached is not None and (cached.namespace, cached.name) == (ref.namespace, ref.name):
-            if not writes_status:
-                done = self._prepare_before_answer(ref, cached=cached, pending=pending)
-                if done is not None:
-                    return done
-            plan = self._prepare_from_cache(ref, cached=cached, pending=pending)
+            early = self._plan_early(cached, pending=pending)
+            if early is not None and _files_only(early) and not writes_status:
+                return self._prepare_before_answer(ref, early=early, cached=cached, pending=pending)
+            plan = self._prepare_from_cache(ref, early=early, cached=cached, pending=pending)
         else:
             # Read fresh, never from a watch cache alone: the kubelet names only namespace, name and UID, a
             # reallocated claim keeps its UID, and a cache that has not caught up cannot be told from one that has.
@@ -268,22 +273,26 @@ class ClaimState:
             self.outbox.owe(owed)  # written after the answer; owed in the journal until it is through
         return plan.prepared
 
-    def _prepare_before_answer(
-        self, ref: ClaimRef, *, cached: ClaimPlan, pending: PendingClaim
-    ) -> tuple[PreparedDevice, ...] | None:
-        """A claim not held yet, whose plan the watch cache has, for a driver that writes no claim status: its files
-        and its record (marked unconfirmed) are written while the API server answers the GET, so the record's
-        fdatasync is off the answer's path too. The answer decides: the same plan is confirmed (queued for the next
-        journal batch; a restart before it only costs a read); another one (reallocated since the watch saw it)
-        replaces the early files and record; an error undoes both and is raised. A crash before the answer leaves
-        an unconfirmed record, which no prepare answers from without reading the claim again. None: nothing done
-        (a cached plan that cannot be planned, NICs or mdevs, which never move before an answer confirms them)."""
+    def _plan_early(self, cached: ClaimPlan, *, pending: PendingClaim) -> PreparePlan | None:
+        """The cached plan, planned while the GET is out; None when it cannot be (the answer decides: the same error
+        again, or a plan)."""
         try:
-            early = self._plan(cached)
+            return self._plan(cached)
         except ClaimError:
             return None
-        if early.nics or early.mdevs:
-            return None
+        except BaseException:
+            pending.abandon()
+            raise
+
+    def _prepare_before_answer(
+        self, ref: ClaimRef, *, early: PreparePlan, cached: ClaimPlan, pending: PendingClaim
+    ) -> tuple[PreparedDevice, ...]:
+        """A claim not held yet, whose cached plan (``early``) only writes files, for a driver that writes no claim
+        status: its files and its record (marked unconfirmed) are written while the API server answers the GET, so
+        the record's fdatasync is off the answer's path too. The answer decides: the same plan is confirmed (queued
+        for the next journal batch; a restart before it only costs a read); another one (reallocated since the watch
+        saw it) replaces the early files and record; an error undoes both and is raised. A crash before the answer
+        leaves an unconfirmed record, which no prepare answers from without reading the claim again."""
         unconfirmed = early.record.copy()
         unconfirmed["unconfirmed"] = True
         try:
@@ -324,23 +333,20 @@ class ClaimState:
         except Exception as exc:  # the answer's own error is what the caller must see
             log.warning("early prepare not undone", extra={"fields": {"claim": early.uid, "error": str(exc)}})
 
-    def _prepare_from_cache(self, ref: ClaimRef, *, cached: ClaimPlan, pending: PendingClaim) -> PreparePlan:
+    def _prepare_from_cache(
+        self, ref: ClaimRef, *, early: PreparePlan | None, cached: ClaimPlan, pending: PendingClaim
+    ) -> PreparePlan:
         """Prepare a claim not held yet whose plan the watch cache has: its GET (``pending``) is out, and the cached
-        plan is computed — and, when it only writes files, carried out — while the API server answers. The answer
-        decides: the same plan is kept; another one (a claim reallocated since the watch saw it) undoes the early
-        files and is carried out instead; an error undoes them and is raised. NICs and mdevs never move on a plan
-        the answer has not confirmed: a stale allocation may name another claim's."""
-        early: PreparePlan | None = None
-        applied = False
-        try:
-            with contextlib.suppress(ClaimError):  # the answer decides: the same error again, or a plan
-                early = self._plan(cached)
-            if early is not None and not early.nics and not early.mdevs:
+        plan (``early``, None when it cannot be planned) is — when it only writes files — carried out while the API
+        server answers. The answer decides: the same plan is kept; another one (a claim reallocated since the watch
+        saw it) undoes the early files and is carried out instead; an error undoes them and is raised."""
+        applied = early is not None and _files_only(early)
+        if applied and early is not None:
+            try:
                 self._apply(early)  # every file is named from the UID: nothing of another claim's is touched
-                applied = True
-        except BaseException:
-            pending.abandon()
-            raise
+            except BaseException:
+                pending.abandon()
+                raise
         try:
             fresh = compute_claim_plan(pending.result(), uid=ref.uid, driver=self.driver, node_name=self.node_name)
         except BaseException:
