@@ -17,6 +17,7 @@ from fakedev.cli.torture.invariants import (
     Rule,
     compute_final_violations,
     compute_violations,
+    may_settle,
 )
 from fakedev.cli.torture.ledger import Belief, ClaimBelief, Ledger
 from fakedev.driver.checkpoint import ClaimRecord
@@ -223,3 +224,20 @@ def test_a_claim_whose_unprepare_was_cut_short_is_only_unprepared_again() -> Non
     assert all(not v for k, v in candidates.items() if k is not OpKind.UNPREPARE)
     op = choose_op(ledger, rng=random.Random(0), settle_doubt=True)
     assert (op.kind, [c.uid for c in op.claims]) == (OpKind.UNPREPARE, [HELD_UID])
+
+
+def test_only_a_status_or_a_temp_file_is_waited_for_before_it_counts() -> None:
+    """A live plugin may be mid-write when the node is read (a start-up's owed status writes compact the journal
+    through a temp file): those are read again; a file that belongs to no claim is never waited for."""
+    temp = compute_violations(
+        dataclasses.replace(CONSISTENT, temp_files=("/k/.checkpoint.json.abc.tmp",)), (HELD, GONE), scope=SCOPE
+    )
+    status = compute_violations(
+        dataclasses.replace(CONSISTENT, status={HELD_UID: frozenset()}), (HELD, GONE), scope=SCOPE
+    )
+    stray = compute_violations(
+        dataclasses.replace(CONSISTENT, metadata_dirs=CONSISTENT.metadata_dirs | {"ns_c"}), (HELD, GONE), scope=SCOPE
+    )
+    assert temp and status and stray
+    assert may_settle(temp) and may_settle(temp + status)
+    assert not may_settle(stray) and not may_settle(temp + stray)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Final
 
 from fakedev.cli.torture.ledger import Belief, ClaimBelief
 from fakedev.driver import cdi_layout, metadata
@@ -35,6 +36,17 @@ class Rule(StrEnum):
     NICS = "nics"
     ANSWER = "answer"
     PROCESS = "process"
+
+
+SETTLING_RULES: Final = frozenset({Rule.STATUS, Rule.TEMP_FILES})
+"""What a live plugin may still be finishing while the node is read: a status write on its way, a file being
+written (a start-up's owed status writes may compact the journal, whose temp file lives for milliseconds). A
+violation of these counts only if it is still there once the checker has waited."""
+
+
+def may_settle(found: Sequence[Violation]) -> bool:
+    """Whether every violation found may still go away by itself (pure)."""
+    return all(v.rule in SETTLING_RULES for v in found)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -33,6 +33,7 @@ from fakedev.cli.torture.invariants import (
     Violation,
     compute_final_violations,
     compute_violations,
+    may_settle,
 )
 from fakedev.cli.torture.ledger import Belief, ClaimBelief, Ledger
 from fakedev.cli.torture.observe import NodeFiles, read_snapshot
@@ -61,7 +62,8 @@ log = logging.getLogger("fakedev.torture")
 REGISTER_SECONDS: Final = 30.0
 ALLOCATE_SECONDS: Final = 60.0
 DELETE_SECONDS: Final = 60.0
-STATUS_SETTLE_SECONDS: Final = 10.0
+SETTLE_SECONDS: Final = 10.0
+"""How long a violation that may settle (:data:`~fakedev.cli.torture.invariants.SETTLING_RULES`) is read again."""
 CALL_SECONDS: Final = 20.0
 EXIT_SECONDS: Final = 2.0
 SETTLE_ATTEMPTS: Final = 20
@@ -477,9 +479,10 @@ class Torture:
         return ViolationFoundError(violation.render())
 
     async def _check(self, *, final: bool = False) -> None:
-        """Snapshot and judge; a status that has not caught up yet is read again until it settles."""
+        """Snapshot and judge; a status that has not caught up yet, or a temp file the plugin is still writing, is
+        read again until it settles."""
         assert self.scope is not None
-        deadline = time.monotonic() + STATUS_SETTLE_SECONDS
+        deadline = time.monotonic() + SETTLE_SECONDS
         while True:
             snap = await asyncio.to_thread(
                 read_snapshot,
@@ -493,7 +496,7 @@ class Torture:
                 found += compute_final_violations(snap)
             if not found:
                 return
-            if any(v.rule is not Rule.STATUS for v in found) or time.monotonic() > deadline:
+            if not may_settle(found) or time.monotonic() > deadline:
                 self.tally.violations += [v.render() for v in found[1:]]
                 raise self._violation(found[0])
             await asyncio.sleep(0.2)
