@@ -210,16 +210,28 @@ def fold_entries(state: JournalState, entries: Sequence[JournalEntry]) -> Journa
     ``del`` forgets a claim and any write owed to it (an ``owe`` after it in the same batch owes the clear)."""
     claims, owed = dict(state.claims), dict(state.owed)
     for e in entries:
-        if e["op"] == "put":
-            claims[e["record"]["uid"]] = e["record"]
-        elif e["op"] == "del":
-            claims.pop(e["uid"], None)
-            owed.pop(e["uid"], None)
-        elif e["op"] == "owe":
-            owed[e["status"]["uid"]] = e["status"]
-        elif e["op"] == "sent" and (current := owed.get(e["uid"])) is not None and current["token"] == e["token"]:
-            del owed[e["uid"]]
+        fold_entry(e, claims=claims, owed=owed)
     return JournalState(claims=claims, owed=owed)
+
+
+def fold_entry(entry: JournalEntry, *, claims: dict[str, ClaimRecord], owed: dict[str, StatusOwed]) -> None:
+    """Fold one entry into the (caller's own, fresh) mappings of :func:`fold_entries`."""
+    if entry["op"] == "put":
+        claims[entry["record"]["uid"]] = entry["record"]
+    elif entry["op"] == "del":
+        claims.pop(entry["uid"], None)
+        owed.pop(entry["uid"], None)
+    elif entry["op"] == "owe":
+        owed[entry["status"]["uid"]] = entry["status"]
+    elif (
+        entry["op"] == "sent" and (current := owed.get(entry["uid"])) is not None and current["token"] == entry["token"]
+    ):
+        del owed[entry["uid"]]
+
+
+def entry_claim(entry: PutEntry | DelEntry) -> str:
+    """The UID of the claim a ``put`` or ``del`` is about."""
+    return entry["record"]["uid"] if entry["op"] == "put" else entry["uid"]
 
 
 def render_journal(state: JournalState) -> bytes:

@@ -18,6 +18,12 @@ Across processes (the two instances of a rolling update) appends and compactions
 next to the journal (its descriptor kept open); an instance that finds the journal replaced by another's compaction
 — the file it has open has no name left — re-reads it first.
 
+Some entries need no wait: :meth:`ClaimJournal.commit_later` queues one (an unprepare's ``del``, a confirmation)
+for the next batch, or for the flusher thread's after ``FLUSH_AFTER_SECONDS``; a crash may lose it, and the
+driver's start-up redoes what was lost (:meth:`fakedev.driver.state.ClaimState.load`). Such an entry names the
+record it was queued against: if another instance has recorded that claim anew meanwhile, the entry is dropped, not
+written over the newer word.
+
 Appends grow the file: writing ahead free space to overwrite in place would save the size commit of each
 ``fdatasync`` (197 → 135 µs here), but a power cut may then keep a batch's later page and lose an earlier one —
 good lines after a hole, which reads as corruption — where a growing file on ext4 only ever loses its tail.
@@ -31,17 +37,22 @@ import fcntl
 import logging
 import os
 import threading
+import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
 from fakedev.driver.checkpoint import (
+    ClaimRecord,
+    DelEntry,
     JournalEntry,
     JournalState,
     ParsedFile,
-    fold_entries,
+    PutEntry,
+    entry_claim,
+    fold_entry,
     parse_checkpoint_file,
     render_entry,
     render_journal,
@@ -55,6 +66,41 @@ COMPACT_MIN_LINES: Final = 256
 """Never compact a journal shorter than this: a rewrite would cost more than the lines it saves."""
 COMPACT_FACTOR: Final = 4
 """Compact once the journal has this many lines per live record (and at least COMPACT_MIN_LINES)."""
+FLUSH_AFTER_SECONDS: Final = 0.1
+"""How long an entry queued by ``commit_later`` waits for a caller's batch to take it along before the flusher
+writes it: readers of the file (a soak's rest check, KubeVirt verification) see it settle within this."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Queued:
+    entry: JournalEntry
+    later: bool = False
+    """Queued by ``commit_later``: no caller waits for it."""
+    replaces: ClaimRecord | None = None
+    """A later entry's condition: the record of its claim it was queued against (None: no record)."""
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class RecordedClaims(Mapping[str, ClaimRecord]):
+    """The durable records with the later entries still queued laid over them (None: forgotten)."""
+
+    durable: Mapping[str, ClaimRecord]
+    queued: Mapping[str, ClaimRecord | None]
+
+    def __getitem__(self, uid: str) -> ClaimRecord:
+        if uid in self.queued:
+            record = self.queued[uid]
+            if record is None:
+                raise KeyError(uid)
+            return record
+        return self.durable[uid]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from (uid for uid in self.durable if uid not in self.queued)
+        yield from (uid for uid, record in self.queued.items() if record is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def lock_path_for(journal: Path) -> Path:
@@ -65,8 +111,8 @@ def lock_path_for(journal: Path) -> Path:
 class ClaimJournal:
     """Mutable on purpose: the open journal, the folded state and the group-commit bookkeeping.
 
-    ``state`` is what this process knows is durable. It is replaced, never changed in place, so a reader holding
-    it is never disturbed; only :meth:`commit` replaces it.
+    ``state`` is what this process knows is durable, ``claims`` what it has recorded (durable or queued by
+    :meth:`commit_later`). Both are replaced, never changed in place, so a reader holding one is never disturbed.
     """
 
     path: Path
@@ -75,13 +121,19 @@ class ClaimJournal:
     """A crash point's hook: the compacted journal is written, not renamed yet."""
     before_sync: Callable[[], None] | None = None
     """A crash point's hook: a batch is written, not synced yet."""
+    flush_after: float = FLUSH_AFTER_SECONDS
     _fd: int = -1
     _lock_fd: int = -1
     """The lock file, kept open: only the leader of a batch (or start-up) takes it, so one descriptor serves."""
     _lines: int = 0
     """Entry lines in the file this process has open (the header not counted)."""
     _cond: threading.Condition = field(default_factory=threading.Condition)
-    _pending: list[JournalEntry] = field(default_factory=list)
+    _size: int = 0
+    """The size of the file after this process's last write: another size means another instance wrote."""
+    _pending: list[_Queued] = field(default_factory=list)
+    _in_flight: list[_Queued] = field(default_factory=list)
+    """The batch being written."""
+    _claims: Mapping[str, ClaimRecord] = field(default_factory=dict)
     _queued: int = 0
     """Commits queued so far (a commit's number is its place in this count)."""
     _settled: int = 0
@@ -89,6 +141,14 @@ class ClaimJournal:
     _writing: bool = False
     _failures: deque[tuple[int, int, BaseException]] = field(default_factory=lambda: deque(maxlen=64))
     """Recent failed batches: (first commit, last commit, error)."""
+    _later_since: float | None = None
+    """When the oldest later entry still pending was queued (monotonic); None: none is."""
+    _closing: bool = False
+
+    @property
+    def claims(self) -> Mapping[str, ClaimRecord]:
+        """The claims as this process has recorded them: ``state`` with what :meth:`commit_later` queued."""
+        return self._claims
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -108,6 +168,8 @@ class ClaimJournal:
         and is left as it is. Creates an empty journal when there is none. Returns the folded state."""
         with self._locked():
             self._reload_locked()
+        with self._cond:
+            self._claims = self._lay_queued()
         return self.state
 
     def _reload_locked(self) -> None:
@@ -128,18 +190,18 @@ class ClaimJournal:
             os.close(self._fd)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         self._lines = lines
+        self._size = os.fstat(self._fd).st_size
 
     def close(self) -> None:
-        """Close the files once no batch is being written (a call the server's grace period left running may be
-        mid-batch: its descriptors must stay valid until it has synced and unlocked)."""
+        """Write what is still queued and close the files once no batch is being written (a call the server's grace
+        period left running may be mid-batch: its descriptors must stay valid until it has synced and unlocked)."""
         with self._cond:
+            self._closing = True
+            _FLUSHER.cancel(self)
             while self._writing:
                 self._cond.wait()
             if self._pending and self._fd >= 0:
                 self._lead()  # entries queued by commit_later; a failure is logged, not raised, by their nature
-                # Its batch holds no caller's commit, so its number range starts past the last one queued.
-                if self._failures and (failed := self._failures[-1])[0] > self._queued:
-                    log.warning("queued journal entries not written", extra={"fields": {"error": str(failed[2])}})
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
@@ -155,7 +217,7 @@ class ClaimJournal:
 
         Entries of concurrent callers go into one ``write`` and one ``fdatasync`` (group commit)."""
         with self._cond:
-            self._pending.extend(entries)
+            self._pending.extend(_Queued(entry=e) for e in entries)
             self._queued += 1
             mine = self._queued
             while self._settled < mine:
@@ -167,23 +229,53 @@ class ClaimJournal:
                 if first <= mine <= last:
                     raise error
 
-    def commit_later(self, entries: Sequence[JournalEntry]) -> None:
-        """Queue ``entries`` for the next batch, without waiting for it: for what may be lost (a confirmation a
-        restart can redo), never for what an answer depends on. :meth:`close` writes what is still queued."""
+    def commit_later(self, entry: PutEntry | DelEntry, *, replaces: ClaimRecord | None) -> None:
+        """Record ``entry`` in ``claims`` at once and queue it for the next batch, without waiting for it: for what a
+        crash may lose because start-up redoes it, never for what an answer depends on. ``replaces`` is the
+        record of its claim it was decided on; :meth:`close` writes what is still queued."""
         with self._cond:
-            self._pending.extend(entries)
+            self._pending.append(_Queued(entry=entry, later=True, replaces=replaces))
+            self._claims = self._lay_queued()
+            if self._later_since is None and not self._closing:
+                self._later_since = time.monotonic()
+                _FLUSHER.schedule(self, due=self._later_since + self.flush_after)
+
+    def flush_due(self) -> None:
+        """The flusher's call: write what ``commit_later`` queued once it has waited ``flush_after`` seconds for a
+        caller's batch to take it along (while calls keep coming, one always does: no write of its own)."""
+        with self._cond:
+            since = self._later_since
+            if since is None or self._closing or self._fd < 0:
+                return
+            if since + self.flush_after > time.monotonic():  # not due yet (the flusher woke early)
+                _FLUSHER.schedule(self, due=since + self.flush_after)
+                return
+            while self._pending and self._later_since == since and self._fd >= 0:
+                if self._writing:
+                    self._cond.wait()
+                else:
+                    self._lead()
+            if self._later_since is not None:  # a newer entry, queued while the batch was written
+                _FLUSHER.schedule(self, due=self._later_since + self.flush_after)
+
+    def _lay_queued(self) -> Mapping[str, ClaimRecord]:
+        """With ``_cond`` held: ``state``'s claims with the later entries not written yet laid over them."""
+        queued: dict[str, ClaimRecord | None] = {}
+        for q in (*self._in_flight, *self._pending):
+            if q.later and (q.entry["op"] == "put" or q.entry["op"] == "del"):
+                queued[entry_claim(q.entry)] = q.entry["record"] if q.entry["op"] == "put" else None
+        return RecordedClaims(durable=self.state.claims, queued=queued) if queued else self.state.claims
 
     def _lead(self) -> None:
         """With ``_cond`` held: write every pending entry as one batch, the condition released meanwhile."""
-        entries, first, last = self._pending, self._settled + 1, self._queued
-        self._pending = []
+        queued, first, last = self._pending, self._settled + 1, self._queued
+        self._pending, self._in_flight, self._later_since = [], queued, None
         self._writing = True
         self._cond.release()
         failure: BaseException | None = None
         try:
             try:
-                self._append(b"".join(render_entry(e) for e in entries), count=len(entries))
-                self.state = fold_entries(self.state, entries)
+                self.state = self._append(queued)
             except BaseException as exc:  # every commit of the batch gets the error; none is acknowledged
                 failure = exc
             if failure is None:
@@ -191,19 +283,28 @@ class ClaimJournal:
         finally:
             self._cond.acquire()
             self._writing = False
+            self._in_flight = []
         if failure is not None:
             self._failures.append((first, last, failure))
+            if first > last:  # a batch of later entries only: nobody to tell but the log
+                log.warning("queued journal entries not written", extra={"fields": {"error": str(failure)}})
         self._settled = last
+        self._claims = self._lay_queued()
         self._cond.notify_all()
 
-    def _append(self, batch: bytes, *, count: int) -> None:
+    def _append(self, queued: Sequence[_Queued]) -> JournalState:
+        """Write and sync a batch; returns the state with it folded in."""
         with self._locked():
             opened = os.fstat(self._fd) if self._fd >= 0 else None
-            if opened is None or not opened.st_nlink:
-                # Another instance compacted the journal (renamed a new file over it, so the one open here has no
-                # name left): fold what the new one holds before appending to it.
+            if opened is None or not opened.st_nlink or opened.st_size != self._size:
+                # Another instance wrote: appended (another size) or compacted (renamed a new file over this one,
+                # which has no name left). Fold what the file holds before appending to it.
                 self._reload_locked()
                 opened = os.fstat(self._fd)
+            state, entries = _fold_admitted(self.state, queued)
+            if not entries:
+                return state
+            batch = b"".join(render_entry(e) for e in entries)
             size = opened.st_size
             try:
                 _write_all(self._fd, batch)
@@ -215,7 +316,9 @@ class ClaimJournal:
                 with contextlib.suppress(OSError):
                     os.ftruncate(self._fd, size)
                 raise
-            self._lines += count
+            self._lines += len(entries)
+            self._size = size + len(batch)
+            return state
 
     # -- compaction ----------------------------------------------------------------------------------------------
 
@@ -242,6 +345,66 @@ class ClaimJournal:
             before_rename=self.before_compact_rename,
         )
         self._reopen(lines=len(state.claims) + len(state.owed))
+
+
+@dataclass(kw_only=True, eq=False)
+class _Flusher:
+    """One thread for the whole process that writes the journals' later entries when they are due (a fleet runs a
+    thousand plugins in one process: a thread each would be a thousand threads doing nothing)."""
+
+    _cond: threading.Condition = field(default_factory=threading.Condition)
+    _due: dict[int, tuple[float, ClaimJournal]] = field(default_factory=dict)
+    _thread: threading.Thread | None = None
+
+    def schedule(self, journal: ClaimJournal, *, due: float) -> None:
+        with self._cond:
+            self._due[id(journal)] = (due, journal)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="journal-flush", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def cancel(self, journal: ClaimJournal) -> None:
+        with self._cond:
+            self._due.pop(id(journal), None)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._due:
+                    self._cond.wait()
+                key, (due, journal) = min(self._due.items(), key=lambda item: item[1][0])
+                wait = due - time.monotonic()
+                if wait > 0:
+                    self._cond.wait(wait)
+                    continue
+                del self._due[key]
+            try:
+                journal.flush_due()  # its own lock, never this one's: a journal calls schedule() holding its own
+            except Exception as exc:  # a batch's failure is logged by the journal; nothing may stop this thread
+                log.warning("flushing a journal failed", extra={"fields": {"error": repr(exc)}})
+
+
+_FLUSHER: Final = _Flusher()
+
+
+def _fold_admitted(state: JournalState, queued: Sequence[_Queued]) -> tuple[JournalState, list[JournalEntry]]:
+    """The state after a batch, and the batch's entries to write (pure): a later entry whose claim is no longer
+    recorded as it was when the entry was queued — another instance has recorded it since — is left out."""
+    claims, owed = dict(state.claims), dict(state.owed)
+    admitted: list[JournalEntry] = []
+    for q in queued:
+        if q.later and (q.entry["op"] == "put" or q.entry["op"] == "del"):
+            current = claims.get(entry_claim(q.entry))
+            if current is not q.replaces and current != q.replaces:
+                log.info(
+                    "queued journal entry dropped: the claim was recorded anew",
+                    extra={"fields": {"entry": q.entry["op"], "claim": entry_claim(q.entry)}},
+                )
+                continue
+        fold_entry(q.entry, claims=claims, owed=owed)
+        admitted.append(q.entry)
+    return JournalState(claims=claims, owed=owed), admitted
 
 
 def _write_all(fd: int, data: bytes) -> None:

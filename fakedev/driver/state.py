@@ -74,6 +74,12 @@ def _files_only(plan: PreparePlan) -> bool:
     return not plan.nics and not plan.mdevs
 
 
+def _may_forget_later(record: ClaimRecord) -> bool:
+    """Whether an unprepared claim's record may be forgotten without waiting for the disk: it moved no NIC and made
+    no mdev, so its files — named from its UID, removed before — are all there was to undo."""
+    return not record["nics"] and not record["mdevs"]
+
+
 @dataclass(frozen=True, kw_only=True)
 class StatePaths:
     """Every directory the driver writes to; all of them are settings (tests use temp roots)."""
@@ -132,8 +138,6 @@ class ClaimState:
     trash: Trash = field(init=False)
     outbox: StatusOutbox | None = field(init=False)
     """None without an API server (nothing to write to)."""
-    _confirmed: set[str] = field(init=False, default_factory=set)
-    """Claims recorded unconfirmed whose read this process has since seen agree (their confirmation is queued)."""
 
     def __post_init__(self) -> None:
         self.journal = ClaimJournal(
@@ -146,8 +150,8 @@ class ClaimState:
 
     @property
     def claims(self) -> Mapping[str, ClaimRecord]:
-        """The prepared claims as recorded (a snapshot: it is replaced, never changed, by each journal commit)."""
-        return self.journal.state.claims
+        """The prepared claims as recorded, durable or queued (a snapshot: replaced, never changed, by each entry)."""
+        return self.journal.claims
 
     def load(self) -> list[Path]:
         """Rebuild state from the checkpoint (a corrupt one raises CheckpointError: the plugin must not start),
@@ -159,6 +163,7 @@ class ClaimState:
         for directory in (self.paths.cdi_dir, self.paths.metadata_root, self.paths.dev_root):
             make_dirs(directory, mode=DIR_MODE)
         self.journal.open()
+        self._forget_unprepared()
         self.trash.empty()  # metadata directories a stopped or killed plugin had not deleted yet
         removed = self.collect_temp_files()
         if self.base_spec is not None:
@@ -166,6 +171,25 @@ class ClaimState:
         if self.outbox is not None:
             self.outbox.start()  # first the writes a previous process owed and did not send
         return removed
+
+    def _forget_unprepared(self) -> None:
+        """Drop the records of claims unprepared before a crash took their queued ``del`` (synced, so it is said
+        once): a record none of whose own files is left (the node's base spec is no claim's) and that moved
+        nothing else — no NIC, no mdev, no status owed. A reboot never looks like this: it empties the CDI
+        directory, not the plugin's metadata files."""
+        state = self.journal.state
+        gone = [
+            uid
+            for uid, record in state.claims.items()
+            if _may_forget_later(record) and uid not in state.owed and not self._any_file_left(record)
+        ]
+        if gone:
+            self.journal.commit([del_entry(uid) for uid in gone])
+            log.info("records of claims unprepared before a crash dropped", extra={"fields": {"claims": gone}})
+
+    def _any_file_left(self, record: ClaimRecord) -> bool:
+        files = compute_recorded_files(record, dirs=self.paths.dirs, base_spec=None)
+        return not files or any(p.exists() for p in files)
 
     def close(self) -> None:
         """Stop the status writers (what they owe stays in the journal) and close the journal."""
@@ -309,8 +333,7 @@ class ClaimState:
             self._withdraw(early)
             raise
         if fresh == cached:
-            self._confirmed.add(ref.uid)
-            self.journal.commit_later([put_entry(early.record)])
+            self.journal.commit_later(put_entry(early.record), replaces=unconfirmed)
             self.crash.reached(CrashPoint.PREPARE_AFTER_CHECKPOINT)
             return early.prepared
         try:
@@ -420,7 +443,7 @@ class ClaimState:
 
     def _trusted(self, record: ClaimRecord) -> bool:
         """Whether a held claim may be answered from its record: confirmed by a read and every file in place."""
-        if record.get("unconfirmed") and record["uid"] not in self._confirmed:
+        if record.get("unconfirmed"):
             return False
         return self._files_present(record)
 
@@ -441,7 +464,6 @@ class ClaimState:
         except ClaimError as exc:
             return str(exc)
         record = self.claims.get(ref.uid)
-        self._confirmed.discard(ref.uid)
         plan = compute_unprepare_plan(
             driver=self.driver,
             node_name=self.node_name,
@@ -457,6 +479,13 @@ class ClaimState:
         )
         if record is None:
             return ""  # nothing recorded, so no status of ours was ever owed: no journal entry, no API call
+        if not (self.writes_device_status and self.outbox is not None) and _may_forget_later(record):
+            # Nothing but files was undone, and they are gone: a crash before the queued ``del`` is written leaves a
+            # record with no file, which start-up drops (:meth:`_forget_unprepared`).
+            self.crash.reached(CrashPoint.UNPREPARE_BEFORE_CHECKPOINT)
+            self.journal.commit_later(del_entry(ref.uid), replaces=record)
+            self.crash.reached(CrashPoint.UNPREPARE_AFTER_CHECKPOINT)
+            return ""
         # A status write not yet sent is withdrawn (no API call); one that may be in the claim is cleared later.
         withdrawn = self.outbox.withdraw(ref.uid) if self.outbox is not None else True
         entries: list[JournalEntry] = [del_entry(ref.uid)]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -216,20 +218,67 @@ def test_a_compaction_that_cannot_read_the_file_leaves_the_durable_batch_acknowl
 
 
 def test_entries_queued_for_later_ride_the_next_batch_or_are_written_on_close(path: Path) -> None:
-    """``commit_later`` waits for nothing and syncs nothing of its own: a confirmation goes into the next commit's
-    write and fdatasync, and what is still queued when the journal closes is written then."""
+    """``commit_later`` waits for nothing and syncs nothing of its own: the entry counts in ``claims`` at once, goes
+    into the next commit's write and fdatasync, and what is still queued when the journal closes is written then."""
     syncs: list[int] = []
-    journal = ClaimJournal(path=path, before_sync=lambda: syncs.append(1))
+    journal = ClaimJournal(path=path, before_sync=lambda: syncs.append(1), flush_after=3600)
     journal.open()
     unconfirmed = _record("a")
     unconfirmed["unconfirmed"] = True
     journal.commit([put_entry(unconfirmed)])
-    journal.commit_later([put_entry(_record("a"))])
+    journal.commit_later(put_entry(_record("a")), replaces=unconfirmed)
     assert len(syncs) == 1 and _reloaded(path).claims["a"].get("unconfirmed") is True  # nothing written yet
+    assert journal.claims == {"a": _record("a")} and journal.state.claims == {"a": unconfirmed}
     journal.commit([put_entry(_record("b"))])
     assert len(syncs) == 2  # one batch carried both
-    assert _reloaded(path).claims == {"a": _record("a"), "b": _record("b")} == journal.state.claims
+    assert _reloaded(path).claims == {"a": _record("a"), "b": _record("b")} == journal.state.claims == journal.claims
 
-    journal.commit_later([del_entry("b")])
+    journal.commit_later(del_entry("b"), replaces=journal.claims["b"])
+    assert dict(journal.claims) == {"a": _record("a")} and "b" not in journal.claims and len(journal.claims) == 1
+    assert "b" in _reloaded(path).claims
     journal.close()
     assert len(syncs) == 3 and _reloaded(path).claims == {"a": _record("a")}
+
+
+def _wait_for(predicate: Callable[[], bool], *, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "the condition did not come true"
+        time.sleep(0.005)
+
+
+def test_the_flusher_writes_a_queued_entry_no_commit_takes_along(path: Path) -> None:
+    syncs: list[int] = []
+    journal = ClaimJournal(path=path, before_sync=lambda: syncs.append(1), flush_after=0.01)
+    journal.open()
+    journal.commit([put_entry(_record("a")), put_entry(_record("b"))])
+    journal.commit_later(del_entry("a"), replaces=journal.claims["a"])
+    journal.commit_later(del_entry("b"), replaces=journal.claims["b"])
+    _wait_for(lambda: not journal.state.claims)  # set once the batch is synced
+    assert len(syncs) in (2, 3)  # one batch of their own for both (two if the test thread was held up between)
+    assert _reloaded(path).claims == {} == dict(journal.claims)
+    journal.close()
+    assert len(syncs) == 2 and _reloaded(path).claims == {}
+
+
+def test_a_queued_deletion_never_undoes_what_another_instance_recorded_since(path: Path) -> None:
+    """Two instances of a rolling update: the old one forgot claim x (queued), the new one prepared x again before
+    the old one's deletion reached the file — the deletion is dropped, not written over the newer record. A queued
+    deletion of a claim the other instance left alone is written as usual."""
+    old = ClaimJournal(path=path, flush_after=3600)
+    old.open()
+    old.commit([put_entry(_record("x")), put_entry(_record("y"))])
+    old.commit_later(del_entry("x"), replaces=old.claims["x"])
+    old.commit_later(del_entry("y"), replaces=old.claims["y"])
+
+    new = ClaimJournal(path=path, flush_after=3600)
+    assert set(new.open().claims) == {"x", "y"}  # the old instance's deletions are not on disk yet
+    again = _record("x")
+    again["metadataGeneration"] = 2
+    new.commit([put_entry(again)])
+
+    old.close()
+    assert _reloaded(path).claims == {"x": again}
+    new.commit([put_entry(_record("z"))])  # the new instance folds the old one's appends before its own
+    assert _reloaded(path).claims == {"x": again, "z": _record("z")} == new.state.claims
+    new.close()

@@ -319,3 +319,35 @@ def test_a_record_without_a_boot_id_is_trusted_while_its_files_are_there(
     assert "bootId" not in state.claims[OLD.uid]
     held = state.held(OLD)
     assert held is not None and held.devices
+
+
+def test_an_unprepare_forgets_its_record_at_once_and_a_crash_before_the_write_is_made_good_at_start_up(
+    rendered: RenderedNode, paths: StatePaths
+) -> None:
+    """For a claim of files only, unprepare queues its ``del`` instead of waiting for the disk. A crash before the
+    write leaves a record none of whose files is left: the next start-up drops it. A record with a file left — a
+    reboot emptied the CDI directory, not the metadata — is kept, and a late write of the old process's ``del``
+    does not undo a record made since."""
+    api = _OneClaimApi(NEW)
+    crashed = _state_in_boot(rendered, paths, api, boot_id="boot-a")
+    crashed.journal.flush_after = 3600  # nothing but a batch or close writes the queued del
+    assert not crashed.prepare(NEW).error
+    assert crashed.unprepare(NEW) == ""
+    assert NEW.uid not in crashed.claims and (_files(paths.cdi_dir), _files(paths.metadata_root)) == ([], [])
+    assert NEW.uid in Checkpoint(path=paths.checkpoint).read().claims  # the del is queued, not written
+
+    restarted = _state_in_boot(rendered, paths, api, boot_id="boot-a")  # the crashed process never closed
+    assert dict(restarted.claims) == {} == dict(Checkpoint(path=paths.checkpoint).read().claims)
+    again = restarted.prepare(NEW)
+    assert not again.error and api.reads == 2
+    restarted.close()
+
+    for spec in paths.cdi_dir.iterdir():
+        spec.unlink()
+    rebooted = _state_in_boot(rendered, paths, api, boot_id="boot-a")
+    assert NEW.uid in rebooted.claims and rebooted.held(NEW) is None  # kept: its metadata files are left
+    assert rebooted.prepare(NEW) == again and api.reads == 3
+    rebooted.close()
+
+    crashed.close()  # its queued del, written late, finds the claim recorded anew and is dropped
+    assert Checkpoint(path=paths.checkpoint).read().claims[NEW.uid] == rebooted.claims[NEW.uid]

@@ -548,7 +548,7 @@ class Torture:
         self.tally.points[crash.point.value] += 1
 
     async def finish(self) -> None:
-        """An unarmed plugin unprepares every claim not released yet; then nothing may be left anywhere."""
+        """An unarmed plugin unprepares every claim not released yet and stops; then nothing may be left anywhere."""
         await self._start(None)
         await self._check()
         for _ in range(SETTLE_ATTEMPTS):
@@ -557,9 +557,16 @@ class Torture:
                 break
             for i in range(0, len(left), 3):
                 await self._do(Op(kind=OpKind.UNPREPARE, claims=tuple(left[i : i + 3])), kill_after=None)
-        await self._check(final=True)
-        assert self.process is not None
+        # Stopped first: an unprepare's forgetting of its record may be queued, and is on disk once the plugin stops.
+        assert self.process is not None and self.process.process is not None
         self.process.stop()
+        code = self.process.process.popen.returncode
+        if code != 0:
+            tail = self.process.process.log_tail()
+            raise self._violation(
+                Violation(rule=Rule.PROCESS, detail=f"the plugin did not stop cleanly on SIGTERM ({code}):\n{tail}")
+            )
+        await self._check(final=True)
 
     async def run(self) -> None:
         registry = self.site.context.kubelet_root / "plugins_registry"
