@@ -286,7 +286,7 @@ class ClaimJournal:
             self._in_flight = []
         if failure is not None:
             self._failures.append((first, last, failure))
-            if first > last:  # a batch of later entries only: nobody to tell but the log
+            if any(q.later for q in queued):  # no caller waits for these: nobody to tell but the log
                 log.warning("queued journal entries not written", extra={"fields": {"error": str(failure)}})
         self._settled = last
         self._claims = self._lay_queued()
@@ -389,8 +389,8 @@ _FLUSHER: Final = _Flusher()
 
 
 def _fold_admitted(state: JournalState, queued: Sequence[_Queued]) -> tuple[JournalState, list[JournalEntry]]:
-    """The state after a batch, and the batch's entries to write (pure): a later entry whose claim is no longer
-    recorded as it was when the entry was queued — another instance has recorded it since — is left out."""
+    """The state after a batch, and the batch's entries to write: a later entry whose claim is no longer recorded
+    as it was when the entry was queued — another instance has recorded it since — is left out (and logged)."""
     claims, owed = dict(state.claims), dict(state.owed)
     admitted: list[JournalEntry] = []
     for q in queued:

@@ -172,11 +172,20 @@ class ClaimState:
             self.outbox.start()  # first the writes a previous process owed and did not send
         return removed
 
+    @property
+    def _writes_status(self) -> bool:
+        """Whether prepare owes the claim a ``status.devices`` write (and unprepare a clear of it)."""
+        return self.writes_device_status and self.outbox is not None
+
     def _forget_unprepared(self) -> None:
         """Drop the records of claims unprepared before a crash took their queued ``del`` (synced, so it is said
         once): a record none of whose own files is left (the node's base spec is no claim's) and that moved
         nothing else — no NIC, no mdev, no status owed. A reboot never looks like this: it empties the CDI
-        directory, not the plugin's metadata files."""
+        directory, not the plugin's metadata files. Only for a driver that writes no claim status: one that does
+        never queues a ``del``, and its record is what an unprepare retried after a crash needs to clear the status
+        the claim carries."""
+        if self._writes_status:
+            return
         state = self.journal.state
         gone = [
             uid
@@ -273,7 +282,7 @@ class ClaimState:
             raise ClaimError(f"no API server configured; cannot read claim {ref.namespace}/{ref.name}")
         cached = self.cache.get(ref.uid) if self.cache is not None and known is None else None
         pending = ahead or self.api.get_claim_later(namespace=ref.namespace, name=ref.name)
-        writes_status = self.writes_device_status and self.outbox is not None
+        writes_status = self._writes_status
         if cached is not None and (cached.namespace, cached.name) == (ref.namespace, ref.name):
             early = self._plan_early(cached, pending=pending)
             if early is not None and _files_only(early) and not writes_status:
@@ -479,7 +488,7 @@ class ClaimState:
         )
         if record is None:
             return ""  # nothing recorded, so no status of ours was ever owed: no journal entry, no API call
-        if not (self.writes_device_status and self.outbox is not None) and _may_forget_later(record):
+        if not self._writes_status and _may_forget_later(record):
             # Nothing but files was undone, and they are gone: a crash before the queued ``del`` is written leaves a
             # record with no file, which start-up drops (:meth:`_forget_unprepared`).
             self.crash.reached(CrashPoint.UNPREPARE_BEFORE_CHECKPOINT)
@@ -490,7 +499,7 @@ class ClaimState:
         withdrawn = self.outbox.withdraw(ref.uid) if self.outbox is not None else True
         entries: list[JournalEntry] = [del_entry(ref.uid)]
         clear = None
-        if self.writes_device_status and self.outbox is not None and not withdrawn:
+        if self._writes_status and not withdrawn:
             clear = owed_status(uid=ref.uid, namespace=ref.namespace, name=ref.name, devices=[])
             entries.append(owe_entry(clear))
         self.crash.reached(CrashPoint.UNPREPARE_BEFORE_CHECKPOINT)

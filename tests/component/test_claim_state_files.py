@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -252,6 +253,11 @@ class _OneClaimApi:
 
     def __init__(self, ref: ClaimRef) -> None:
         self.ref, self.reads = ref, 0
+        self.statuses: list[list[Any]] = []
+        """``status.devices`` writes, for a state built to write them."""
+
+    def apply_claim_status(self, *, namespace: str, name: str, uid: str, devices: list[Any]) -> None:
+        self.statuses.append(devices)
 
     def read_ahead_claim(self, *, namespace: str, name: str) -> None:
         return None  # every read happens in the prepare's thread
@@ -268,7 +274,9 @@ class _OneClaimApi:
         }
 
 
-def _state_in_boot(rendered: RenderedNode, paths: StatePaths, api: _OneClaimApi, *, boot_id: str) -> ClaimState:
+def _state_in_boot(
+    rendered: RenderedNode, paths: StatePaths, api: _OneClaimApi, *, boot_id: str, writes_status: bool = False
+) -> ClaimState:
     state = ClaimState(
         driver=DRIVER,
         node_name=NODE,
@@ -277,7 +285,7 @@ def _state_in_boot(rendered: RenderedNode, paths: StatePaths, api: _OneClaimApi,
         base_spec=None,
         api=api,  # type: ignore[arg-type]  # the one call a prepare without status writes makes
         lookup=lambda pool, name: rendered.device(driver=DRIVER, pool=pool, name=name),
-        writes_device_status=False,
+        writes_device_status=writes_status,
     )
     state.load()
     return state
@@ -351,3 +359,30 @@ def test_an_unprepare_forgets_its_record_at_once_and_a_crash_before_the_write_is
 
     crashed.close()  # its queued del, written late, finds the claim recorded anew and is dropped
     assert Checkpoint(path=paths.checkpoint).read().claims[NEW.uid] == rebooted.claims[NEW.uid]
+
+
+def test_a_driver_that_writes_claim_status_keeps_a_record_whose_files_are_gone_for_the_clear(
+    rendered: RenderedNode, paths: StatePaths
+) -> None:
+    """Its unprepare never queues the ``del``, and a kill between removing the files and the ``del`` leaves a record
+    whose files are gone: start-up keeps it, so the kubelet's retried unprepare still clears the status written."""
+    api = _OneClaimApi(NEW)
+    first = _state_in_boot(rendered, paths, api, boot_id="boot-a", writes_status=True)
+    assert not first.prepare(NEW).error
+    deadline = time.monotonic() + 10
+    while not api.statuses or Checkpoint(path=paths.checkpoint).read().owed:  # the write sent and settled
+        assert time.monotonic() < deadline, "the status write was not sent"
+        time.sleep(0.01)
+    first.close()
+    for f in [*paths.cdi_dir.iterdir(), *(p for p in paths.metadata_root.rglob("*") if p.is_file())]:
+        f.unlink()  # what a kill after the files and before the del leaves
+
+    restarted = _state_in_boot(rendered, paths, api, boot_id="boot-a", writes_status=True)
+    assert NEW.uid in restarted.claims
+    assert restarted.unprepare(NEW) == ""
+    deadline = time.monotonic() + 10
+    while api.statuses[-1] != []:
+        assert time.monotonic() < deadline, "the status was not cleared"
+        time.sleep(0.01)
+    restarted.close()
+    assert Checkpoint(path=paths.checkpoint).read().claims == {}
