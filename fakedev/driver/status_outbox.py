@@ -63,6 +63,10 @@ class StatusOutbox:
     _not_before: dict[str, float] = field(default_factory=dict)
     _attempts: dict[str, int] = field(default_factory=dict)
     _in_flight: set[str] = field(default_factory=set)
+    _may_hold_ours: set[str] = field(default_factory=set)
+    """Claims whose status may carry devices of ours: a write went out (or a process that died may have sent it), or
+    a clear is owed — until a clear is through. A write owed to one of these is never withdrawn as harmless: it may
+    have replaced the clear of an earlier one."""
     _threads: list[threading.Thread] = field(default_factory=list)
     _started: bool = False
     _stopping: bool = False
@@ -73,6 +77,7 @@ class StatusOutbox:
             self._started = True
             for owed in self.journal.state.owed.values():
                 self._waiting.setdefault(owed["uid"], owed)
+                self._may_hold_ours.add(owed["uid"])
             self._add_workers()
 
     def _add_workers(self) -> None:
@@ -98,6 +103,8 @@ class StatusOutbox:
         """Queue a write the journal already records as owed (it replaces an older one of the same claim)."""
         with self._cond:
             uid = status["uid"]
+            if not status["devices"]:
+                self._may_hold_ours.add(uid)
             self._waiting.pop(uid, None)
             self._waiting[uid] = status
             self._attempts.pop(uid, None)
@@ -107,11 +114,12 @@ class StatusOutbox:
 
     def withdraw(self, uid: str) -> bool:
         """Forget the write owed to ``uid`` if it has not been sent: True means nothing of ours can be in the
-        claim's status from it. False: it is in flight or was sent (or none was owed), so a clear may be needed."""
+        claim's status. False: it is in flight or was sent (or none was owed), or it replaced a clear not sent yet
+        (an earlier write of ours may be there), so a clear may be needed."""
         with self._cond:
             if uid in self._in_flight:
                 return False
-            return self._waiting.pop(uid, None) is not None
+            return self._waiting.pop(uid, None) is not None and uid not in self._may_hold_ours
 
     def pending(self) -> int:
         """Writes owed and not yet through (waiting or in flight)."""
@@ -143,6 +151,8 @@ class StatusOutbox:
                 if ready:
                     owed = self._waiting.pop(ready[0])
                     self._in_flight.add(owed["uid"])
+                    if owed["devices"]:
+                        self._may_hold_ours.add(owed["uid"])
                     return owed
                 if not self._waiting and now >= idle_until:
                     self._threads = [t for t in self._threads if t is not threading.current_thread()]
@@ -195,6 +205,8 @@ class StatusOutbox:
             if settled:
                 self._attempts.pop(uid, None)
                 self._not_before.pop(uid, None)
+                if not owed["devices"]:  # a clear is through (or the claim is gone): nothing of ours is left
+                    self._may_hold_ours.discard(uid)
             elif uid not in self._waiting:  # a newer write replaces a failed one; else this one is tried again
                 attempts = self._attempts.get(uid, 0) + 1
                 self._attempts[uid] = attempts

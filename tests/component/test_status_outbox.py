@@ -91,6 +91,43 @@ def test_an_unsent_write_is_withdrawn_without_a_call(journal: ClaimJournal) -> N
     assert api.calls == []
 
 
+def test_a_write_that_replaced_a_clear_not_sent_yet_is_never_withdrawn_as_harmless(journal: ClaimJournal) -> None:
+    """An unprepare owed a clear (ours may be in the claim's status), a prepare's write replaced it before it was
+    sent, and the next unprepare withdraws that write: the clear is still needed (``fakedev torture`` seed
+    2076820582 found the claim's status left listing its device after 580 kills)."""
+    api = RecordingApi()
+    outbox = StatusOutbox(journal=journal, api=api)  # not started: nothing is sent yet
+    _owe(journal, outbox, "a", [])
+    _owe(journal, outbox, "a", DEVICES)
+    assert outbox.withdraw("a") is False
+    _owe(journal, outbox, "a", [])  # what the unprepare owes then
+    outbox.start()
+    assert outbox.wait_idle(timeout=10)
+    outbox.stop()
+    assert api.calls == [("a", [])]
+    assert journal.state.owed == {}
+
+
+def test_after_a_clear_is_through_an_unsent_write_is_withdrawn_again(journal: ClaimJournal) -> None:
+    gate = threading.Event()
+    api = RecordingApi()
+    outbox = StatusOutbox(journal=journal, api=api)
+    outbox.start()
+    _owe(journal, outbox, "a", [])
+    assert outbox.wait_idle(timeout=10) and api.calls == [("a", [])]
+    api.entered.clear()
+    api.gate = gate  # the next write waits in flight for "b"'s until the gate opens: "a"'s stays unsent
+    _owe(journal, outbox, "b", DEVICES)
+    assert api.entered.wait(timeout=10)
+    outbox.workers = 1
+    _owe(journal, outbox, "a", DEVICES)
+    withdrawn = outbox.withdraw("a")
+    gate.set()
+    assert outbox.wait_idle(timeout=10)
+    outbox.stop()
+    assert withdrawn is True and ("a", DEVICES) not in api.calls
+
+
 def test_a_clear_waits_for_the_write_in_flight_it_undoes(journal: ClaimJournal) -> None:
     gate = threading.Event()
     api = RecordingApi(gate=gate)
