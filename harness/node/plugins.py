@@ -28,6 +28,9 @@ from kubeletapi.types import DeviceHealth, Health
 log = logging.getLogger("harness.node.plugins")
 
 RECONCILE_SECONDS: Final = 1.0
+LISTING_SETTLE_NS: Final = 50_000_000
+"""A directory's modification time is coarse (a clock tick): one modified this recently may change again without a
+new time, so a listing of it is trusted to stay current only once its time is this much in the past."""
 HEALTH_RETRY_MAX: Final = 5.0
 
 HealthCallback = Callable[[str, list[DeviceHealth]], None]
@@ -84,6 +87,8 @@ class PluginManager:
     _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _recreated: set[Path] = field(default_factory=set)
+    _listed: int | None = None
+    """The registry directory's modification time (ns) when a listing that is still current was made; None: list."""
 
     # -- queries -------------------------------------------------------------------------------------------------
 
@@ -120,6 +125,9 @@ class PluginManager:
         try:
             while True:
                 await self.reconcile()
+                if watch is None:  # nothing sets the wake-up event: a plain sleep costs the event loop half as much
+                    await asyncio.sleep(self.retry_interval)
+                    continue
                 # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation that lands as the event
                 # is set, and this loop then outlives the emulator's stop (seen in CI: stop waited 120 s).
                 with contextlib.suppress(TimeoutError):
@@ -138,6 +146,13 @@ class PluginManager:
         self._wake.set()
 
     async def reconcile(self) -> None:
+        try:
+            listed = self.registry_dir.stat().st_mtime_ns
+        except FileNotFoundError:
+            listed = None
+        if listed is not None and listed == self._listed and not self._recreated and not self._failed_at:
+            return  # nothing created or removed there since a listing that saw it all (a fleet's nodes poll a lot)
+        self._listed = listed if listed is not None and time.time_ns() - listed > LISTING_SETTLE_NS else None
         present: dict[Path, tuple[int, int]] = {}
         for entry in sorted(self.registry_dir.iterdir()):
             if entry.name.startswith("."):

@@ -12,7 +12,7 @@ from harness.node.plugins import PluginManager
 
 def test_a_cancel_that_meets_a_wake_up_still_ends_the_loop(tmp_path: Path) -> None:
     async def scenario() -> bool:
-        manager = PluginManager(registry_dir=tmp_path / "registry", on_health=lambda *_: None, watch_directory=False)
+        manager = PluginManager(registry_dir=tmp_path / "registry", on_health=lambda *_: None)
         task = asyncio.create_task(manager.run())
         for _ in range(3):  # into the loop's wait
             await asyncio.sleep(0)
