@@ -198,10 +198,11 @@ class ClaimJournal:
         with self._cond:
             self._closing = True
             _FLUSHER.cancel(self)
-            while self._writing:
-                self._cond.wait()
-            if self._pending and self._fd >= 0:
-                self._lead()  # entries queued by commit_later; a failure is logged, not raised, by their nature
+            while self._writing or (self._pending and self._fd >= 0):
+                if self._writing:
+                    self._cond.wait()
+                else:
+                    self._lead()  # entries queued by commit_later; a failure is logged, not raised, by their nature
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
@@ -294,6 +295,8 @@ class ClaimJournal:
 
     def _append(self, queued: Sequence[_Queued]) -> JournalState:
         """Write and sync a batch; returns the state with it folded in."""
+        if self._closing and self._fd < 0:
+            raise CheckpointError(f"{self.path}: the journal is closed; nothing more is written to it")
         with self._locked():
             opened = os.fstat(self._fd) if self._fd >= 0 else None
             if opened is None or not opened.st_nlink or opened.st_size != self._size:

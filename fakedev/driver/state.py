@@ -278,6 +278,10 @@ class ClaimState:
             )
         if known is not None and self._trusted(known):
             return tuple(prepared_device(d) for d in known["devices"])
+        if known is None and ref.uid in self.journal.state.claims:
+            # Unprepared with its del still queued: on disk first, or a kill between this prepare's files and its
+            # record would leave the old record beside new files, answered from after a restart.
+            self.journal.commit([])
         if self.api is None:
             raise ClaimError(f"no API server configured; cannot read claim {ref.namespace}/{ref.name}")
         cached = self.cache.get(ref.uid) if self.cache is not None and known is None else None

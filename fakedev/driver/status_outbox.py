@@ -78,6 +78,8 @@ class StatusOutbox:
             for owed in self.journal.state.owed.values():
                 self._waiting.setdefault(owed["uid"], owed)
                 self._may_hold_ours.add(owed["uid"])
+            # A recorded claim's write may have gone out in an earlier process (``sent``, so no longer owed).
+            self._may_hold_ours.update(self.journal.state.claims)
             self._add_workers()
 
     def _add_workers(self) -> None:

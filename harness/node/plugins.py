@@ -28,9 +28,10 @@ from kubeletapi.types import DeviceHealth, Health
 log = logging.getLogger("harness.node.plugins")
 
 RECONCILE_SECONDS: Final = 1.0
-LISTING_SETTLE_NS: Final = 50_000_000
-"""A directory's modification time is coarse (a clock tick): one modified this recently may change again without a
-new time, so a listing of it is trusted to stay current only once its time is this much in the past."""
+LISTING_SETTLE_NS: Final = 2_000_000_000
+"""A directory's modification time is coarse (a clock tick; whole seconds on some file systems): one modified this
+recently may change again without a new time, so a listing of it is trusted to stay current only once its time is
+this much in the past."""
 HEALTH_RETRY_MAX: Final = 5.0
 
 HealthCallback = Callable[[str, list[DeviceHealth]], None]
@@ -143,6 +144,7 @@ class PluginManager:
         path = self.registry_dir / name
         if created and path in self.instances:
             self._recreated.add(path)
+        self._listed = None  # what inotify reports is listed, whatever the directory's time says
         self._wake.set()
 
     async def reconcile(self) -> None:
@@ -160,6 +162,7 @@ class PluginManager:
             sid = socket_id(entry)
             if sid is not None:
                 present[entry] = sid
+        self._failed_at = {k: t for k, t in self._failed_at.items() if present.get(k[0]) == k[1]}
         recreated, self._recreated = self._recreated, set()
         for path in list(self.instances):
             if path not in present:

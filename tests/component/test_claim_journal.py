@@ -282,3 +282,15 @@ def test_a_queued_deletion_never_undoes_what_another_instance_recorded_since(pat
     new.commit([put_entry(_record("z"))])  # the new instance folds the old one's appends before its own
     assert _reloaded(path).claims == {"x": again, "z": _record("z")} == new.state.claims
     new.close()
+
+
+def test_nothing_is_written_after_close_and_the_file_is_not_opened_again(path: Path) -> None:
+    """A call the server's grace period left running, or a status writer that outlived its stop, gets an error."""
+    journal = ClaimJournal(path=path)
+    journal.open()
+    journal.commit([put_entry(_record("a"))])
+    journal.close()
+    before = path.read_bytes()
+    with pytest.raises(CheckpointError, match="closed"):
+        journal.commit([put_entry(_record("b"))])
+    assert path.read_bytes() == before and journal._fd < 0 and journal._lock_fd < 0

@@ -20,6 +20,7 @@ from fakedev.driver.cdi_layout import cdi_layout_for
 from fakedev.driver.checkpoint import Checkpoint, ClaimRecord
 from fakedev.driver.claims import compute_claim_plan
 from fakedev.driver.core import ConcurrentDriver
+from fakedev.driver.crash import CrashPoint, CrashSwitch
 from fakedev.driver.plan import PreparePlan, compute_device_configs, compute_prepare_plan
 from fakedev.driver.state import ClaimState, StatePaths
 from fakedev.model.inventory import resolve_inventory
@@ -386,3 +387,46 @@ def test_a_driver_that_writes_claim_status_keeps_a_record_whose_files_are_gone_f
         time.sleep(0.01)
     restarted.close()
     assert Checkpoint(path=paths.checkpoint).read().claims == {}
+
+
+class _RecordingSwitch(CrashSwitch):
+    """At each crash point passed, what the checkpoint file holds of one claim (a kill there would leave that)."""
+
+    def __init__(self, *, checkpoint: Path, uid: str) -> None:
+        super().__init__()
+        self.checkpoint, self.uid = checkpoint, uid
+        self.on_disk: list[tuple[CrashPoint, bool]] = []
+
+    def reached(self, point: CrashPoint) -> None:
+        self.on_disk.append((point, self.uid in Checkpoint(path=self.checkpoint).read().claims))
+
+
+def test_a_prepare_after_an_unprepare_whose_del_is_queued_writes_the_del_before_its_files(
+    rendered: RenderedNode, paths: StatePaths
+) -> None:
+    """Else a kill between the new prepare's files and its record would leave the old record beside the new files,
+    and a restart would answer from that record without reading the claim (found in review)."""
+    api = _OneClaimApi(NEW)
+    switch = _RecordingSwitch(checkpoint=paths.checkpoint, uid=NEW.uid)
+    state = ClaimState(
+        driver=DRIVER,
+        node_name=NODE,
+        paths=dataclasses.replace(paths, boot_id="boot-a"),
+        layout=LAYOUT,
+        base_spec=None,
+        api=api,  # type: ignore[arg-type]  # reads only: this driver writes no claim status
+        lookup=lambda pool, name: rendered.device(driver=DRIVER, pool=pool, name=name),
+        writes_device_status=False,
+        crash=switch,
+    )
+    state.journal.flush_after = 3600  # nothing but a batch or close writes the queued del
+    state.load()
+    assert not state.prepare(NEW).error
+    assert state.unprepare(NEW) == ""
+    switch.on_disk.clear()
+    assert not state.prepare(NEW).error and api.reads == 2
+    first_file = next(i for i, (p, _) in enumerate(switch.on_disk) if p is not CrashPoint.PREPARE_BEFORE_CHECKPOINT)
+    point, recorded = switch.on_disk[first_file]
+    assert not recorded, f"the old record was still on disk at {point.value}"
+    assert (CrashPoint.PREPARE_AFTER_CHECKPOINT, True) in switch.on_disk
+    state.close()

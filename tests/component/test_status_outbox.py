@@ -11,13 +11,27 @@ from pathlib import Path
 import pytest
 
 from fakedev.driver import status_outbox as outbox_mod
-from fakedev.driver.checkpoint import Checkpoint, del_entry, owe_entry
+from fakedev.driver.checkpoint import Checkpoint, ClaimRecord, del_entry, owe_entry, put_entry
 from fakedev.driver.journal import ClaimJournal
 from fakedev.driver.status_outbox import StatusOutbox, owed_status
 from fakedev.errors import KubeApiError
 from kubeclient import JsonObj
 
 DEVICES: list[JsonObj] = [{"driver": "gpu.example.com", "pool": "n", "device": "gpu-0"}]
+
+
+def _record(uid: str) -> ClaimRecord:
+    return {
+        "uid": uid,
+        "namespace": "ns",
+        "name": f"c-{uid}",
+        "devices": [],
+        "cdiSpecFiles": [],
+        "metadataDir": "",
+        "metadataGeneration": 1,
+        "nics": [],
+        "mdevs": [],
+    }
 
 
 @dataclass
@@ -106,6 +120,19 @@ def test_a_write_that_replaced_a_clear_not_sent_yet_is_never_withdrawn_as_harmle
     outbox.stop()
     assert api.calls == [("a", [])]
     assert journal.state.owed == {}
+
+
+def test_after_a_restart_a_recorded_claims_new_write_is_never_withdrawn_as_harmless(journal: ClaimJournal) -> None:
+    """The claim's record survived a restart with its status write settled (``sent``, so no longer owed): what an
+    earlier process wrote may be in the status, so withdrawing the new process's write still owes a clear."""
+    journal.commit([put_entry(_record("a"))])
+    outbox = StatusOutbox(journal=journal, api=RecordingApi(), workers=0)  # started, but nothing is ever sent
+    outbox.start()
+    _owe(journal, outbox, "a", DEVICES)
+    assert outbox.withdraw("a") is False
+    _owe(journal, outbox, "b", DEVICES)  # a claim this process prepared first: nothing of ours can be there
+    assert outbox.withdraw("b") is True
+    outbox.stop()
 
 
 def test_after_a_clear_is_through_an_unsent_write_is_withdrawn_again(journal: ClaimJournal) -> None:
