@@ -20,6 +20,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from cdi import ContainerEdits, Device, Spec
+from fakedev.driver.checkpoint import ClaimRecord
 from harness.cluster.build import helm_binary
 from harness.kube.waits import wait_object
 from harness.realnode.images import BUSYBOX_IMAGE
@@ -438,3 +439,18 @@ class ReadLater:
 
     def drain(self) -> None:
         return None
+
+
+def empty_record(uid: str, *, name: str = "c") -> ClaimRecord:
+    """A checkpoint record of a claim ``ns/<name>`` with nothing prepared: for tests of the journal's bookkeeping."""
+    return {
+        "uid": uid,
+        "namespace": "ns",
+        "name": name,
+        "devices": [],
+        "cdiSpecFiles": [],
+        "metadataDir": "",
+        "metadataGeneration": 1,
+        "nics": [],
+        "mdevs": [],
+    }

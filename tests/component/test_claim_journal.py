@@ -21,20 +21,11 @@ from fakedev.driver.checkpoint import (
 )
 from fakedev.driver.journal import ClaimJournal
 from fakedev.errors import CheckpointError
+from tests.helpers import empty_record
 
 
 def _record(uid: str) -> ClaimRecord:
-    return {
-        "uid": uid,
-        "namespace": "ns",
-        "name": f"claim-{uid}",
-        "devices": [],
-        "cdiSpecFiles": [],
-        "metadataDir": "",
-        "metadataGeneration": 1,
-        "nics": [],
-        "mdevs": [],
-    }
+    return empty_record(uid, name=f"claim-{uid}")
 
 
 @pytest.fixture

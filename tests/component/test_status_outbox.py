@@ -16,22 +16,13 @@ from fakedev.driver.journal import ClaimJournal
 from fakedev.driver.status_outbox import StatusOutbox, owed_status
 from fakedev.errors import KubeApiError
 from kubeclient import JsonObj
+from tests.helpers import empty_record
 
 DEVICES: list[JsonObj] = [{"driver": "gpu.example.com", "pool": "n", "device": "gpu-0"}]
 
 
 def _record(uid: str) -> ClaimRecord:
-    return {
-        "uid": uid,
-        "namespace": "ns",
-        "name": f"c-{uid}",
-        "devices": [],
-        "cdiSpecFiles": [],
-        "metadataDir": "",
-        "metadataGeneration": 1,
-        "nics": [],
-        "mdevs": [],
-    }
+    return empty_record(uid, name=f"c-{uid}")
 
 
 @dataclass

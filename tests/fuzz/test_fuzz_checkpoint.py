@@ -27,6 +27,7 @@ from fakedev.driver.checkpoint import (
 )
 from fakedev.errors import CheckpointError
 from tests.fuzz.fuzzing import MARKS, PURE_SECONDS, Figures, fuzz_settings, json_values, mutated, repeated
+from tests.helpers import empty_record
 
 pytestmark = MARKS
 
@@ -61,17 +62,7 @@ CLAIMS: Final[dict[str, ClaimRecord]] = {
         ],
         "mdevs": ["5b3a1d2e-0000-4000-8000-000000000001"],
     },
-    "uid-2": {
-        "uid": "uid-2",
-        "namespace": "ns",
-        "name": "ünïcødé-is-kept-as-written",
-        "devices": [],
-        "cdiSpecFiles": [],
-        "metadataDir": "",
-        "metadataGeneration": 1,
-        "nics": [],
-        "mdevs": [],
-    },
+    "uid-2": empty_record("uid-2", name="ünïcødé-is-kept-as-written"),
 }
 V2: Final = render_checkpoint(CLAIMS)
 

@@ -19,6 +19,7 @@ from fakedev.plugin.devices import DeviceBoard
 from fakedev.plugin.protocol import Call, SetFaultRequest, StatusBody, render_call_fault, render_request_line
 from fakedev.profiles import load_profile
 from fakedev.render import Schema
+from tests.helpers import empty_record
 
 
 def _claim(**status: Any) -> dict[str, Any]:
@@ -173,17 +174,7 @@ def test_metadata_stream_has_both_versions_newest_first() -> None:
 
 
 def _record(uid: str = "u") -> Any:
-    return {
-        "uid": uid,
-        "namespace": "ns",
-        "name": "c",
-        "devices": [],
-        "cdiSpecFiles": [],
-        "metadataDir": "",
-        "metadataGeneration": 1,
-        "nics": [],
-        "mdevs": [],
-    }
+    return empty_record(uid)
 
 
 def test_checkpoint_round_trips_and_detects_corruption() -> None:
