@@ -246,18 +246,15 @@ class ClaimJournal:
         caller's batch to take it along (while calls keep coming, one always does: no write of its own)."""
         with self._cond:
             since = self._later_since
-            if since is None or self._closing or self._fd < 0:
-                return
-            if since + self.flush_after > time.monotonic():  # not due yet (the flusher woke early)
-                _FLUSHER.schedule(self, due=since + self.flush_after)
+            # Not due: a batch took the entries this call was for, and the newer one that set ``_later_since`` again
+            # scheduled its own call (commit_later schedules whenever it sets it).
+            if since is None or since + self.flush_after > time.monotonic() or self._closing:
                 return
             while self._pending and self._later_since == since and self._fd >= 0:
                 if self._writing:
                     self._cond.wait()
                 else:
                     self._lead()
-            if self._later_since is not None:  # a newer entry, queued while the batch was written
-                _FLUSHER.schedule(self, due=self._later_since + self.flush_after)
 
     def _lay_queued(self) -> Mapping[str, ClaimRecord]:
         """With ``_cond`` held: ``state``'s claims with the later entries not written yet laid over them."""
