@@ -33,3 +33,13 @@ def threads(pid: int | str = "self") -> int:
         if key == "Threads":
             return int(value)
     return 0
+
+
+def machine_busy_seconds() -> float:
+    """CPU-seconds every core of the machine has spent not idle since boot (``/proc/stat``: all but idle and iowait;
+    guest time is already inside user time)."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("cpu "):
+            user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in line.split()[1:9])
+            return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    raise OSError("/proc/stat has no cpu line")

@@ -45,7 +45,7 @@ from fakedev.errors import BenchError
 from fakedev.render import Schema, bench_render
 from harness.cluster.build import ETCD_VERSION, KUBERNETES_VERSION
 from harness.cluster.config import DRA_FEATURE_GATES, ClusterSettings
-from harness.cluster.local import local_cluster
+from harness.cluster.local import COMPONENTS, local_cluster
 from harness.cluster.nodes import register_node
 from harness.conformance.exdriver import EXAMPLE_DRIVER_VERSION, example_driver_spec
 from harness.errors import HarnessError
@@ -55,7 +55,7 @@ from harness.node.registration import handshake
 from harness.procs import open_run_dir, wait_for
 from kubeclient.errors import KubeClientError
 
-from . import fleetchart, goprofile, grpcfloor, plots, prepare, scale
+from . import cpuwindow, fleetchart, goprofile, grpcfloor, plots, prepare, scale
 from .stats import Ratio, ratio
 
 SECTIONS: Final = ("footprint", "prepare", "scale", "fleet", "hints")
@@ -375,10 +375,12 @@ def _scale(results: Results, *, sizes: list[int], pods: int, profile_dir: Path |
             servers = {c: cluster.processes[c].pid for c in ("kube-apiserver", "etcd")}
             cpu_before = {c: cpu_seconds(pid) for c, pid in servers.items()}
             fleet = scale.start_fleet(nodes=n, kubeconfig=cluster.kubeconfig, run=run)
+            everyone = {c: cluster.processes[c].pid for c in COMPONENTS} | {cpuwindow.FLEET: fleet.process.pid}
             try:
                 rendered = fleet.wait("rendered", timeout=600)
                 fleet.wait("nodes-registered", timeout=600)
                 publishing = fleet.wait("publishing", timeout=60)
+                window_start = cpuwindow.take_sample(everyone)
                 sampler = (
                     goprofile.ApiServerSampler(
                         kube=kube, seconds=profile_seconds, out=profile_dir / f"kube-apiserver-nodes-{n}"
@@ -387,6 +389,7 @@ def _scale(results: Results, *, sizes: list[int], pods: int, profile_dir: Path |
                     else None
                 )
                 published = fleet.wait("published", timeout=1200)
+                window_end = cpuwindow.take_sample(everyone)
                 registered = fleet.wait("registered", timeout=60)
                 # Where the publishing CPU went (2 cores shared by the fleet, the API server and etcd).
                 results[f"nodes_{n}_publish_cpu_s_fleet"] = round(cpu_seconds(fleet.process.pid), 1)
@@ -408,6 +411,14 @@ def _scale(results: Results, *, sizes: list[int], pods: int, profile_dir: Path |
                 results[f"nodes_{n}_apiserver_floor_s"] = round(floor_s, 2)
                 results[f"nodes_{n}_publish_vs_apiserver_floor"] = round(
                     results[f"nodes_{n}_publish_s"] / max(floor_s, 1e-6), 2
+                )
+                results.update(
+                    cpuwindow.window_figures(
+                        before=window_start,
+                        after=window_end,
+                        cores=max(1, os.cpu_count() or 1),
+                        prefix=f"nodes_{n}",
+                    )
                 )
                 results[f"nodes_{n}_registered_s"] = round(registered["t"] - publishing["t"], 2)
                 results[f"nodes_{n}_slices"] = slices
