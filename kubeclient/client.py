@@ -1,4 +1,4 @@
-"""A small, typed JSON client for the Kubernetes API (``http.client`` underneath, urllib3 for watches).
+"""A small, typed JSON client for the Kubernetes API (its own HTTP/1.1 connections underneath, urllib3 for watches).
 
 Only this module and its transport (:mod:`kubeclient.transport`) talk HTTP to the API server. Objects stay raw
 JSON (``dict``), so camelCase keys, new 1.37 fields and server-side apply work without a generated model in the way.
@@ -20,10 +20,10 @@ from typing import Any, Final, Literal
 import orjson
 import urllib3
 
-from kubeclient.errors import ApiError, ApiUnavailableError, ConflictError, OfficialLoaderNeededError
+from kubeclient.errors import ApiError, ApiUnavailableError, ConflictError, OfficialLoaderNeededError, TransportError
 from kubeclient.kubeconfig import read_kubeconfig
 from kubeclient.resources import Resource
-from kubeclient.transport import Connections, Exchange, TransportError, make_tls_context
+from kubeclient.transport import Connections, Exchange, make_tls_context
 
 JsonObj = dict[str, Any]
 PatchType = Literal["merge", "strategic", "json"]

@@ -4,8 +4,16 @@
     └── ApiError                  the API server answered with an error status (``status``; 0 = no answer)
         ├── ConflictError         409: re-read and try again             (retryable)
         └── ApiUnavailableError   unreachable, 429 or 5xx                 (retryable)
+    └── OfficialLoaderNeededError the kubeconfig needs the official loader
 
 ``retryable`` tells callers whether a later attempt may succeed.
+
+Inside the client, turned into ``ApiUnavailableError`` before a caller sees them:
+
+    TransportError                the connection failed before a whole answer arrived
+    HttpError                     an answer broke HTTP/1.1
+    ConnectionError
+    └── ServerClosedError         the server closed a connection before any byte of an answer
 """
 
 from __future__ import annotations
@@ -40,3 +48,15 @@ class ApiUnavailableError(ApiError):
 
 class OfficialLoaderNeededError(KubeClientError):
     """The kubeconfig uses something only the official loader implements (exec plugins, auth providers)."""
+
+
+class TransportError(Exception):
+    """The API server could not be reached, or the connection broke before a whole answer arrived."""
+
+
+class HttpError(Exception):
+    """An answer broke the HTTP/1.1 protocol."""
+
+
+class ServerClosedError(ConnectionError):
+    """The server closed the connection before any byte of an answer: the request may never have been seen."""

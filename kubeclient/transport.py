@@ -1,9 +1,9 @@
-"""Kept-alive HTTP/1.1 connections to one API server, on the standard library's ``http.client``.
+"""Kept-alive HTTP/1.1 connections to one API server (:mod:`kubeclient.http11`).
 
 Every plugin prepare GETs its claim and a fleet creates thousands of slices; urllib3's pool, retry and response
 layers cost about 0.14 ms of CPU per request on top of ``http.client`` (0.37 against 0.24 ms for a claim GET,
-measured against a local kube-apiserver), which is what a Python driver can least afford. Requests that read
-their whole answer go through here; watches keep urllib3's streaming.
+measured against a local kube-apiserver), and ``http.client`` itself most of the rest, which is what a Python
+driver can least afford. Requests that read their whole answer go through here; watches keep urllib3's streaming.
 
 A connection the server closed while it sat idle is noticed before reuse (its socket reads as ready: EOF) and
 replaced. The server may still close it between that check and the request; a GET that then fails before any
@@ -14,7 +14,6 @@ garbage collected, as urllib3's are), so no socket is left for the interpreter t
 
 from __future__ import annotations
 
-import http.client
 import select
 import ssl
 import threading
@@ -22,9 +21,8 @@ import urllib.parse
 import weakref
 from dataclasses import dataclass, field
 
-
-class TransportError(Exception):
-    """The API server could not be reached, or the connection broke before a whole answer arrived."""
+from kubeclient.errors import HttpError, ServerClosedError, TransportError
+from kubeclient.http11 import Connection
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,12 +43,12 @@ def make_tls_context(
     return context
 
 
-def _close_all(idle: list[http.client.HTTPConnection]) -> None:
+def _close_all(idle: list[Connection]) -> None:
     while idle:
         idle.pop().close()
 
 
-def _stale(connection: http.client.HTTPConnection) -> bool:
+def _stale(connection: Connection) -> bool:
     """Whether an idle connection was closed by the server (its socket is readable: EOF or an unasked byte)."""
     sock = connection.sock
     if sock is None:
@@ -69,7 +67,7 @@ class Connections:
     tls: ssl.SSLContext | None
     max_idle: int = 8
     """Idle connections kept at most; more callers at once get connections that are closed after use."""
-    _idle: list[http.client.HTTPConnection] = field(default_factory=list)
+    _idle: list[Connection] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -80,24 +78,21 @@ class Connections:
         self._prefix = url.path.rstrip("/")
         weakref.finalize(self, _close_all, self._idle)  # the list, never replaced: the finalizer must not hold self
 
-    def _take(self, timeout: float) -> tuple[http.client.HTTPConnection, bool]:
+    def _take(self, timeout: float) -> tuple[Connection, bool]:
         """A connection, and whether it was used before."""
         with self._lock:
             while self._idle:
                 connection = self._idle.pop()
                 if not _stale(connection):
-                    if connection.sock is not None:
-                        connection.sock.settimeout(timeout)
+                    connection.settimeout(timeout)
                     return connection, True
                 connection.close()
         return self._new(timeout), False
 
-    def _new(self, timeout: float) -> http.client.HTTPConnection:
-        if self._https:
-            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=self.tls)
-        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+    def _new(self, timeout: float) -> Connection:
+        return Connection(host=self._host, port=self._port, tls=self.tls if self._https else None, timeout=timeout)
 
-    def _give_back(self, connection: http.client.HTTPConnection) -> None:
+    def _give_back(self, connection: Connection) -> None:
         with self._lock:
             if len(self._idle) < self.max_idle:
                 self._idle.append(connection)
@@ -122,10 +117,10 @@ class Connections:
             timeout=timeout,
         )
         try:
-            connection.request(method, exchange.path, body=body, headers=headers)
-        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
+            connection.send(method, exchange.path, headers=headers, body=body)
+        except (ConnectionResetError, BrokenPipeError) as exc:
             exchange.send_error = exc  # finish() decides: sent again (a GET on a reused connection) or an error
-        except (OSError, http.client.HTTPException) as exc:
+        except OSError as exc:
             connection.close()
             raise TransportError(str(exc) or type(exc).__name__) from exc
         return exchange
@@ -146,7 +141,7 @@ class Exchange:
     Exactly one of :meth:`finish` and :meth:`abandon` must be called: the connection is busy until then."""
 
     pool: Connections
-    connection: http.client.HTTPConnection
+    connection: Connection
     reused: bool
     method: str
     path: str
@@ -162,23 +157,22 @@ class Exchange:
             try:
                 if self.send_error is not None:
                     raise self.send_error
-                response = connection.getresponse()
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                reply = connection.read_reply(method=self.method)
+            except (ServerClosedError, ConnectionResetError, BrokenPipeError):
                 if not (self.reused and self.method == "GET"):
                     raise
                 connection.close()  # closed by the server just as it was taken: a GET may go again, once
                 connection = self.connection = self.pool._new(self.timeout)
-                connection.request(self.method, self.path, body=self.body, headers=self.headers)
-                response = connection.getresponse()
-            data = response.read()
-        except (OSError, http.client.HTTPException) as exc:
+                connection.send(self.method, self.path, headers=self.headers, body=self.body)
+                reply = connection.read_reply(method=self.method)
+        except (OSError, HttpError) as exc:
             connection.close()
             raise TransportError(str(exc) or type(exc).__name__) from exc
-        if response.will_close:
+        if reply.will_close:
             connection.close()
         else:
             self.pool._give_back(connection)
-        return Answer(status=response.status, body=data)
+        return Answer(status=reply.status, body=reply.body)
 
     def abandon(self) -> None:
         """Give up on the answer: the connection is closed (its answer would confuse the next request)."""
