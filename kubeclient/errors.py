@@ -1,10 +1,11 @@
 """Errors of the API client.
 
     KubeClientError
-    └── ApiError                  the API server answered with an error status (``status``; 0 = no answer)
-        ├── ConflictError         409: re-read and try again             (retryable)
-        └── ApiUnavailableError   unreachable, 429 or 5xx                 (retryable)
-    └── OfficialLoaderNeededError the kubeconfig needs the official loader
+    ├── ApiError                  the API server answered with an error status (``status``; 0 = no answer)
+    │   ├── ConflictError         409: re-read and try again             (retryable)
+    │   └── ApiUnavailableError   unreachable, 429 or 5xx                 (retryable)
+    ├── OfficialLoaderNeededError the kubeconfig needs the official loader
+    └── InvalidRequestError       a path or header that would break the request's framing (never sent)
 
 ``retryable`` tells callers whether a later attempt may succeed.
 
@@ -13,7 +14,7 @@ Inside the client, turned into ``ApiUnavailableError`` before a caller sees them
     TransportError                the connection failed before a whole answer arrived
     HttpError                     an answer broke HTTP/1.1
     ConnectionError
-    └── ServerClosedError         the server closed a connection before any byte of an answer
+    └── ServerClosedError         the server closed a connection without answering
 """
 
 from __future__ import annotations
@@ -48,6 +49,11 @@ class ApiUnavailableError(ApiError):
 
 class OfficialLoaderNeededError(KubeClientError):
     """The kubeconfig uses something only the official loader implements (exec plugins, auth providers)."""
+
+
+class InvalidRequestError(KubeClientError):
+    """A request that cannot be sent as it is: a space, control character or non-ASCII byte in its path, a line
+    break in a header. Nothing was sent."""
 
 
 class TransportError(Exception):

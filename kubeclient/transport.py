@@ -6,10 +6,11 @@ measured against a local kube-apiserver), and ``http.client`` itself most of the
 driver can least afford. Requests that read their whole answer go through here; watches keep urllib3's streaming.
 
 A connection the server closed while it sat idle is noticed before reuse (its socket reads as ready: EOF) and
-replaced. The server may still close it between that check and the request; a GET that then fails before any
-answer arrives is sent once more on a new connection (what Go's net/http does for idempotent requests); other
-methods are never repeated behind the caller's back. Idle connections are closed when the pool is (or when it is
-garbage collected, as urllib3's are), so no socket is left for the interpreter to warn about.
+replaced, as is one holding bytes no request asked for. The server may still close or reset it between that check
+and the request; a GET on it that then fails before its whole answer arrived is sent once more on a new connection
+(what Go's net/http does for idempotent requests); other methods are never repeated behind the caller's back.
+Idle connections are closed when the pool is (or when it is garbage collected, as urllib3's are), one in use when
+it comes back to a closed pool, so no socket is left for the interpreter to warn about.
 """
 
 from __future__ import annotations
@@ -22,7 +23,16 @@ import weakref
 from dataclasses import dataclass, field
 
 from kubeclient.errors import HttpError, ServerClosedError, TransportError
-from kubeclient.http11 import Connection
+from kubeclient.http11 import Connection, host_header, render_request
+
+_CUT_OFF: tuple[type[BaseException], ...] = (
+    ServerClosedError,
+    ConnectionResetError,
+    BrokenPipeError,
+    ssl.SSLEOFError,
+    ssl.SSLZeroReturnError,
+)
+"""How a connection the server closed or reset under a request fails (TLS says it in its own words)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,9 +59,10 @@ def _close_all(idle: list[Connection]) -> None:
 
 
 def _stale(connection: Connection) -> bool:
-    """Whether an idle connection was closed by the server (its socket is readable: EOF or an unasked byte)."""
+    """Whether an idle connection was closed by the server (its socket is readable: EOF or an unasked byte), or
+    holds bytes no request asked for."""
     sock = connection.sock
-    if sock is None:
+    if sock is None or connection.leftover:
         return True
     try:
         return bool(select.select([sock], [], [], 0)[0])
@@ -76,6 +87,8 @@ class Connections:
         self._host = url.hostname or "localhost"
         self._port = url.port or (443 if self._https else 80)
         self._prefix = url.path.rstrip("/")
+        self._host_header = host_header(self._host, self._port, https=self._https)
+        self._closed = False
         weakref.finalize(self, _close_all, self._idle)  # the list, never replaced: the finalizer must not hold self
 
     def _take(self, timeout: float) -> tuple[Connection, bool]:
@@ -94,7 +107,7 @@ class Connections:
 
     def _give_back(self, connection: Connection) -> None:
         with self._lock:
-            if len(self._idle) < self.max_idle:
+            if not self._closed and len(self._idle) < self.max_idle:
                 self._idle.append(connection)
                 return
         connection.close()
@@ -104,25 +117,26 @@ class Connections:
         return self.begin(method, path, body=body, headers=headers, timeout=timeout).finish()
 
     def begin(self, method: str, path: str, *, body: bytes | None, headers: dict[str, str], timeout: float) -> Exchange:
-        """Send one request; its answer is read by :meth:`Exchange.finish`, so the caller can work meanwhile."""
+        """Send one request; its answer is read by :meth:`Exchange.finish`, so the caller can work meanwhile.
+        :class:`~kubeclient.errors.InvalidRequestError` before anything is sent for a path or header that would
+        break the request's framing."""
+        request = render_request(
+            method=method, target=self._prefix + path, host=self._host_header, headers=headers, body=body
+        )
         connection, reused = self._take(timeout)
         exchange = Exchange(
-            pool=self,
-            connection=connection,
-            reused=reused,
-            method=method,
-            path=self._prefix + path,
-            body=body,
-            headers=headers,
-            timeout=timeout,
+            pool=self, connection=connection, reused=reused, method=method, request=request, timeout=timeout
         )
         try:
-            connection.send(method, exchange.path, headers=headers, body=body)
-        except (ConnectionResetError, BrokenPipeError) as exc:
+            connection.send(request)
+        except _CUT_OFF as exc:
             exchange.send_error = exc  # finish() decides: sent again (a GET on a reused connection) or an error
         except OSError as exc:
             connection.close()
             raise TransportError(str(exc) or type(exc).__name__) from exc
+        except BaseException:
+            connection.close()
+            raise
         return exchange
 
     def idle(self) -> int:
@@ -130,7 +144,9 @@ class Connections:
         return len(self._idle)
 
     def close(self) -> None:
+        """Close the idle connections; one in use is closed when it comes back."""
         with self._lock:
+            self._closed = True
             _close_all(self._idle)
 
 
@@ -144,9 +160,8 @@ class Exchange:
     connection: Connection
     reused: bool
     method: str
-    path: str
-    body: bytes | None
-    headers: dict[str, str]
+    request: bytes
+    """The whole request as sent, for the one repeat a GET may get."""
     timeout: float
     send_error: BaseException | None = None
 
@@ -158,16 +173,19 @@ class Exchange:
                 if self.send_error is not None:
                     raise self.send_error
                 reply = connection.read_reply(method=self.method)
-            except (ServerClosedError, ConnectionResetError, BrokenPipeError):
+            except _CUT_OFF:
                 if not (self.reused and self.method == "GET"):
                     raise
                 connection.close()  # closed by the server just as it was taken: a GET may go again, once
                 connection = self.connection = self.pool._new(self.timeout)
-                connection.send(self.method, self.path, headers=self.headers, body=self.body)
+                connection.send(self.request)
                 reply = connection.read_reply(method=self.method)
         except (OSError, HttpError) as exc:
             connection.close()
             raise TransportError(str(exc) or type(exc).__name__) from exc
+        except BaseException:
+            connection.close()
+            raise
         if reply.will_close:
             connection.close()
         else:

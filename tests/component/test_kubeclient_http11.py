@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from kubeclient.errors import HttpError, ServerClosedError
+from kubeclient.errors import HttpError, InvalidRequestError, ServerClosedError
 from kubeclient.http11 import Connection, host_header, render_request
 
 
@@ -65,9 +65,8 @@ def _exchange(
     replies: list[object] = []
     try:
         for _ in range(count):
-            connection.send(
-                method, "/x", headers={"Accept": "application/json"}, body=b"{}" if method == "POST" else None
-            )
+            body = b"{}" if method == "POST" else None
+            connection.send(render_request(method=method, target="/x", host="h", headers={"A": "j"}, body=body))
             replies.append(connection.read_reply(method=method))
     finally:
         connection.close()
@@ -107,7 +106,7 @@ def test_the_server_closing_ends_the_body_and_the_connection(scripted: list[_Scr
 def test_a_request_is_written_once_with_host_length_and_body(scripted: list[_Scripted]) -> None:
     _exchange(scripted, [OK_HEAD + b"Content-Length: 2\r\n\r\n{}"], method="POST")
     request = scripted[0].requests[0]
-    assert request.startswith(b"POST /x HTTP/1.1\r\nHost: 127.0.0.1:")
+    assert request.startswith(b"POST /x HTTP/1.1\r\nHost: h\r\n")
     assert b"\r\nContent-Length: 2\r\n" in request and request.endswith(b"\r\n\r\n{}")
 
 
@@ -131,12 +130,45 @@ def test_a_close_before_any_answer_is_server_closed(scripted: list[_Scripted]) -
         (OK_HEAD + b"X-Long: " + b"a" * 70_000 + b"\r\n\r\n", "too long"),
         (OK_HEAD + b"".join(b"X-%d: v\r\n" % i for i in range(101)) + b"\r\n", "more than 100 header lines"),
         (OK_HEAD, "closed within the answer's headers"),
+        (b"HTTP/1.9 200 OK\r\n\r\n", "bad status line"),
+        (b"HTTP/1.1 101 Switching Protocols\r\n\r\n", "switched protocols"),
+        (b"HTTP/1.1 100 Continue\r\n\r\n" * 11, "more than 10 informational answers"),
+        (OK_HEAD + b"Content-Length: 0_2\r\n\r\n{}", "bad Content-Length"),
+        (OK_HEAD + b"Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}", "two different Content-Length"),
+        (OK_HEAD + b"Content-Length: 99999999999999999\r\n\r\n{}", "larger than this client takes"),
+        (OK_HEAD + b"Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", "unsupported Transfer-Encoding"),
+        (OK_HEAD + b"Transfer-Encoding: chunked\r\n\r\n0x2\r\n{}\r\n0\r\n\r\n", "bad chunk size"),
+        (OK_HEAD + b"Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\nX-T: 1\r\n", "within the answer's trailer"),
     ],
+    ids=lambda value: value if isinstance(value, str) else "answer",
 )
 def test_a_broken_answer_is_an_error_not_a_body(scripted: list[_Scripted], answer: bytes, message: str) -> None:
     # The server closes after its answer, so a reader that waited for more would see the end, not hang.
     with pytest.raises(HttpError, match=message):
         _exchange(scripted, [answer])
+
+
+def test_a_length_beside_chunked_is_ignored_and_the_connection_not_kept(scripted: list[_Scripted]) -> None:
+    (reply,) = _exchange(
+        scripted, [OK_HEAD + b"Content-Length: 99\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"]
+    )
+    assert (reply.body, reply.will_close) == (b"{}", True)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("target", "headers"),
+    [
+        ("/x HTTP/1.1\r\nHost: h\r\n\r\nDELETE /api/v1/namespaces/victim", {}),  # a smuggled second request
+        ("/a b", {}),
+        ("/\u00fc", {}),
+        ("/x", {"X-A": "1\r\nX-B: 2"}),
+        ("/x", {"X-A\r\nX-B": "2"}),
+        ("/x", {"X-A": "\u20ac"}),
+    ],
+)
+def test_a_request_that_would_break_its_framing_is_refused(target: str, headers: dict[str, str]) -> None:
+    with pytest.raises(InvalidRequestError, match="cannot send"):
+        render_request(method="GET", target=target, host="h", headers=headers, body=None)
 
 
 def test_render_request_and_host_header() -> None:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import gc
 import http.server
 import json
+import socket
 import threading
 from collections.abc import Iterator
 
 import pytest
 
 from kubeclient import ApiUnavailableError, Credentials, KubeClient
+from kubeclient.errors import InvalidRequestError
 from kubeclient.resources import RESOURCE_CLAIMS
 
 
@@ -26,6 +28,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._answer()
 
     def _answer(self) -> None:
+        self.server.paths.append(self.path)  # type: ignore[attr-defined]
         body = json.dumps({"path": self.path, "port": self.client_address[1]}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -44,6 +47,7 @@ class _Server(http.server.ThreadingHTTPServer):
 
     closed = 0
     changed = threading.Condition()
+    paths: list[str]
 
     def shutdown_request(self, request: object) -> None:
         super().shutdown_request(request)  # type: ignore[arg-type]
@@ -60,6 +64,7 @@ class _Server(http.server.ThreadingHTTPServer):
 def server() -> Iterator[_Server]:
     _Server.closed = 0
     srv = _Server(("127.0.0.1", 0), _Handler)
+    srv.paths = []
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
     thread.start()
     yield srv
@@ -154,3 +159,53 @@ def test_a_get_sent_ahead_survives_the_server_closing_the_connection(server: _Se
         paths.append(client.get_later(RESOURCE_CLAIMS, f"c{i}", namespace="ns").result()["path"])
     assert paths == [f"/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/c{i}" for i in range(20)]
     client.close()
+
+
+def test_a_name_that_would_smuggle_a_request_is_refused_before_anything_is_sent(server: _Server) -> None:
+    client = _client(server)
+    client.request("GET", "/warm")  # one kept-alive connection, so a second request would ride on it
+    with pytest.raises(InvalidRequestError, match="only visible ASCII"):
+        client.get(RESOURCE_CLAIMS, "x HTTP/1.1\r\nHost: h\r\n\r\nDELETE /api/v1/namespaces/victim", namespace="ns")
+    assert client.request("GET", "/after")["path"] == "/after"
+    client.close()
+    server.wait_closed(1)
+    assert server.paths == ["/warm", "/after"]
+
+
+def test_a_connection_that_comes_back_to_a_closed_pool_is_closed(server: _Server) -> None:
+    client = _client(server)
+    pending = client.get_later(RESOURCE_CLAIMS, "a", namespace="ns")
+    client.close()
+    assert pending.result()["path"] == "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/a"
+    assert client.idle_connections() == 0
+    server.wait_closed(1)
+
+
+def test_bytes_no_request_asked_for_are_never_read_as_the_next_answer() -> None:
+    """A server that sends a second answer unasked: the connection holding it is dropped, not reused."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def answer(body: bytes) -> bytes:
+        return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+
+    def serve() -> None:
+        for extra in (answer(b'{"z": 9}'), b""):
+            conn, _ = listener.accept()
+            with conn, conn.makefile("rb") as reader:
+                while reader.readline() not in (b"\r\n", b""):
+                    pass
+                conn.sendall(answer(b'{"n": %d}' % (1 if extra else 2)) + extra)
+                reader.readline()  # until the client closes
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    client = KubeClient(Credentials(server=f"http://127.0.0.1:{port}"))
+    try:
+        assert client.request("GET", "/one") == {"n": 1}
+        assert client.request("GET", "/two") == {"n": 2}
+    finally:
+        client.close()
+        thread.join(timeout=10)
+        listener.close()
+    assert not thread.is_alive()
