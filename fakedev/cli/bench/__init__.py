@@ -9,8 +9,10 @@ Sections (all by default; ``--only`` picks some and merges them into an existing
              of 50 claims between them (so ratios compare calls made in the same minutes), throughput one driver
              after the other; and the gRPC floor under those calls: an empty handler's round trip on grpc-go's server
              and on grpcio's (`*_above_grpc_floor_ms`: each driver's own work)
-  scale      100/500/1000 emulated dgx-h100 nodes in one process: render and publish time, RSS, then the real
-             kube-scheduler placing 1000 pods that each claim a 1g.10gb MIG slice
+  scale      100/500/1000 emulated dgx-h100 nodes in one process: render and publish time, RSS, the CPU every
+             control-plane process, the fleet and the machine used while publishing (how busy the cores were, the
+             least publish time that work allows), then the real kube-scheduler placing 1000 pods that each claim a
+             1g.10gb MIG slice
   fleet      R replicas × K dgx-h100 nodes installed with the chart's fleet on fakedev's real node (needs root and
              `fakedev cluster build --with-node`): publish time, RSS and CPU per emulated node, kube-apiserver CPU
              per node, the drain of `helm uninstall`
