@@ -83,7 +83,6 @@ class Connection:
         self.port = port
         self.tls = tls
         self.timeout = timeout
-        self.host_header = host_header(host, port, https=tls is not None)
         self.sock: socket.socket | None = None
         self._buffer = bytearray()
         self._start = 0

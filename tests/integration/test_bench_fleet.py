@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from fakedev.cli.bench import goprofile, record_apiserver_shares, scale
+from fakedev.cli.bench import cpuwindow, goprofile, record_apiserver_shares, scale
 from fakedev.errors import BenchError
 from fakedev.model.inventory import resolve_inventory
 from fakedev.profiles import load_profile
 from fakedev.render import Schema, render_node
-from harness.cluster.local import LocalCluster
+from harness.cluster.local import COMPONENTS, LocalCluster
 from harness.cluster.nodes import delete_node
 from harness.procs import open_run_dir, wait_for
 from kubeclient import Credentials, KubeClient
@@ -32,10 +32,23 @@ def test_fleet_publishes_every_nodes_slices_and_registers_its_plugins(
     prefix = unique_name[:30]
     fleet = scale.start_fleet(nodes=3, kubeconfig=local_cluster.kubeconfig, run=run, prefix=prefix)
     names = [f"{prefix}-{i:04d}" for i in range(3)]
+    pids = {c: local_cluster.processes[c].pid for c in COMPONENTS} | {cpuwindow.FLEET: fleet.process.pid}
     try:
+        fleet.wait("publishing", timeout=120)
+        before = cpuwindow.take_sample(pids)
         published = fleet.wait("published", timeout=120)
+        after = cpuwindow.take_sample(pids)
         registered = fleet.wait("registered", timeout=10)
         assert published["nodes"] == 3 and registered["nodes"] == 3
+        # The publishing window read from the real processes: the API server and the fleet worked in it, and the
+        # machine's busy time holds theirs (a few clock ticks of slack for the moments between the reads).
+        used = {name: after.processes[name] - before.processes[name] for name in pids}
+        assert used["kube-apiserver"] > 0 and used[cpuwindow.FLEET] > 0
+        assert after.machine - before.machine + 0.05 >= used["kube-apiserver"] + used[cpuwindow.FLEET]
+        window = cpuwindow.window_figures(before=before, after=after, cores=2, prefix="w")
+        assert (
+            window["w_publish_vs_apiserver_floor_bound"] >= window["w_publish_vs_apiserver_floor_bound_without_fleet"]
+        )
         for name in names:
             expected = render_node(
                 resolve_inventory(load_profile("dgx-h100"), node_name=name), schemas=[Schema.NVIDIA]
