@@ -407,12 +407,18 @@ def test_a_failing_prepare_is_reported_and_retried_alike(
         finally:
             side.control.clear_faults()
         events = kube.list(EVENTS, namespace=test_namespace, field_selector=f"involvedObject.name={name}")
+        warnings = sorted(
+            (e["type"], e["reason"], e["message"], e.get("count", 1))
+            for e in events
+            if e.get("reason") == "FailedPrepareDynamicResources"
+        )
         observed: dict[str, Any] = {
-            "warnings": sorted(
-                (e["type"], e["reason"], e["message"])
-                for e in events
-                if e.get("reason") == "FailedPrepareDynamicResources"
-            ),
+            # The plugin's own error, as the user reads it: what the two nodes must agree on.
+            "warnings": [w for w in warnings if INJECTED in w[2]],
+            # The kubelet's own checks before it calls the plugin (claim fetch, reservation, registration) can
+            # fail for a moment on a loaded machine and add a warning of the same reason; the emulator does not
+            # reproduce those. Kept for the failure message, not compared.
+            "other_warnings": [w for w in warnings if INJECTED not in w[2]],
             "prepare_calls": side.calls()[before:].count(("NodePrepareResources", 1)),
         }
         pod = kube.get(PODS, name, namespace=test_namespace)
@@ -421,11 +427,15 @@ def test_a_failing_prepare_is_reported_and_retried_alike(
         return normalize(observed, names)
 
     seen = both(sides, scenario)
-    real = seen["real"]
-    assert real["prepare_calls"] == 2, real
-    assert [(kind, reason) for kind, reason, _m in real["warnings"]] == [("Warning", "FailedPrepareDynamicResources")]
-    assert INJECTED in real["warnings"][0][2]
-    assert seen["emulated"] == real
+    real, emulated = seen["real"], seen["emulated"]
+    # Two calls at the plugin: one failed, one prepared. An extra warning without a third call did not come from it.
+    assert real["prepare_calls"] == 2, seen
+    assert [(kind, reason, count) for kind, reason, _m, count in real["warnings"]] == [
+        ("Warning", "FailedPrepareDynamicResources", 1)
+    ], seen
+    assert emulated["other_warnings"] == [], seen
+    compared = ("warnings", "prepare_calls", "restarts")
+    assert {k: emulated[k] for k in compared} == {k: real[k] for k in compared}, seen
 
 
 def test_a_restarted_plugin_is_registered_again_and_the_running_pod_is_left_alone_alike(
