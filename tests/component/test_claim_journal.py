@@ -21,6 +21,7 @@ from fakedev.driver.checkpoint import (
 )
 from fakedev.driver.journal import ClaimJournal
 from fakedev.errors import CheckpointError
+from harness.procs import wait_for
 from tests.helpers import empty_record
 
 
@@ -95,8 +96,8 @@ def test_compaction_keeps_the_file_as_small_as_the_live_claims(path: Path, monke
         journal.commit([put_entry(_record(f"t{i}"))])
         journal.commit([del_entry(f"t{i}")])
     journal.commit([put_entry(_record("kept"))])
-    lines = path.read_bytes().count(b"\n")
-    assert lines < 25, lines  # 101 commits, compacted along the way
+    # 101 commits, compacted along the way by the flusher thread, the last compaction maybe still under way.
+    wait_for(lambda: path.read_bytes().count(b"\n") < 25, timeout=10, what="the journal compacted", interval=0.01)
     assert set(_reloaded(path).claims) == {"kept"}
 
 
@@ -113,10 +114,68 @@ def test_two_instances_keep_each_others_records_across_a_compaction(
     new.commit([put_entry(_record("new-kept"))])
     for i in range(12):  # churn enough to compact: the file the old instance has open is replaced
         new.commit([put_entry(_record(f"t{i}")), del_entry(f"t{i}")])
-    assert path.stat().st_ino != before
+    wait_for(lambda: path.stat().st_ino != before, timeout=10, what="the new instance's compaction", interval=0.01)
     old.commit([put_entry(_record("old-2"))])
     assert set(_reloaded(path).claims) == {"old-1", "old-2", "new-kept"}
     assert set(old.state.claims) == {"old-1", "old-2", "new-kept"}  # it folded the other's records on the way
+
+
+def test_a_compaction_waits_on_no_committer_and_commits_during_it_wait_for_it(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit that makes the journal due for compaction returns once its own batch is synced; the flusher
+    thread compacts. A commit that comes while the compaction writes waits for it, then appends to the new file."""
+    monkeypatch.setattr(journal_mod, "COMPACT_MIN_LINES", 4)
+    compacting, release = threading.Event(), threading.Event()
+
+    def hold_compaction(_temp: Path) -> None:
+        compacting.set()
+        assert release.wait(timeout=10)
+
+    journal = ClaimJournal(path=path)
+    journal.open()  # writes the first journal: not a compaction to hold
+    journal.before_compact_rename = hold_compaction
+    before = path.stat().st_ino
+    for entry in (put_entry(_record("t0")), del_entry("t0"), put_entry(_record("t1")), del_entry("t1")):
+        journal.commit([entry])  # the fourth line makes it due
+    assert compacting.wait(timeout=10)  # the flusher is mid-compaction, and every commit above has returned
+    assert path.stat().st_ino == before  # not renamed yet
+
+    during = threading.Thread(target=journal.commit, args=([put_entry(_record("during"))],))
+    during.start()
+    during.join(timeout=0.3)
+    assert during.is_alive()  # waits for the compaction, as for another batch
+    release.set()
+    during.join(timeout=10)
+    assert not during.is_alive()
+    assert path.stat().st_ino != before
+    assert path.read_bytes().count(b"\n") <= 3  # header, the compacted record, the one appended after
+    assert _reloaded(path) == journal.state
+    assert "during" in journal.state.claims
+    journal.close()
+
+
+def test_an_entry_queued_while_the_batch_that_makes_compaction_due_is_written_is_still_flushed(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compaction calls the flusher at once, before the queued entry is due: the flusher must come back for
+    the entry when it is, not take the early call for its turn."""
+    monkeypatch.setattr(journal_mod, "COMPACT_MIN_LINES", 2)
+    journal = ClaimJournal(path=path, flush_after=0.2)
+    journal.open()
+    before = path.stat().st_ino
+    journal.commit([put_entry(_record("a"))])
+
+    def queue_one() -> None:
+        journal.before_sync = None
+        journal.commit_later(put_entry(_record("later")), replaces=None)
+
+    journal.before_sync = queue_one  # runs while the second batch is written, the journal's lock released
+    journal.commit([del_entry("a")])  # the second line: compaction due
+    wait_for(lambda: path.stat().st_ino != before, timeout=10, what="the compaction", interval=0.01)
+    wait_for(lambda: "later" in _reloaded(path).claims, timeout=10, what="the queued entry flushed", interval=0.01)
+    assert set(journal.state.claims) == {"later"}
+    journal.close()
 
 
 def test_a_failed_write_fails_its_commit_and_leaves_no_half_line(path: Path) -> None:
