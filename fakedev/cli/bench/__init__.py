@@ -330,6 +330,15 @@ def _prepare(
             results[f"ratio_{key}_vs_exdrv_prepare_per_s_c{c}"] = ratio(
                 results[f"{key}_prepare_per_s_c{c}"], results[f"exdrv_gpu_prepare_per_s_c{c}"]
             )
+    # Every call's latency, for the tail a p99 summarizes (which calls, how often, how far).
+    samples = {
+        key: {
+            "prepare_ms": [round(v, 3) for v in m.samples_ms],
+            "unprepare_ms": [round(v, 3) for v in m.unprepare_samples_ms],
+        }
+        for key, m in measured.items()
+    }
+    (out / "prepare-samples.json").write_text(json.dumps(samples) + "\n")
     (out / "prepare-latency.svg").write_text(
         plots.bar_chart(
             title=f"prepare / unprepare latency over {claims} claims (one at a time)",

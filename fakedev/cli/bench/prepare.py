@@ -73,6 +73,8 @@ class SubjectResult:
     unprepare_per_s: dict[int, float] = field(default_factory=dict)
     rss_mb: float = 0.0
     samples_ms: list[float] = field(default_factory=list)
+    """Each prepare's latency in the latency run, in call order (the unprepares' in ``unprepare_samples_ms``)."""
+    unprepare_samples_ms: list[float] = field(default_factory=list)
 
 
 def render_claim(*, name: str) -> JsonObj:
@@ -322,7 +324,10 @@ async def measure_subjects(
         results = {}
         for r in running:
             result = SubjectResult(
-                prepare=Latency.of(r.prep_ms), unprepare=Latency.of(r.unprep_ms), samples_ms=r.prep_ms
+                prepare=Latency.of(r.prep_ms),
+                unprepare=Latency.of(r.unprep_ms),
+                samples_ms=r.prep_ms,
+                unprepare_samples_ms=r.unprep_ms,
             )
             say(f"{r.subject.title}: prepare p50 {result.prepare.p50_ms} ms, p99 {result.prepare.p99_ms} ms")
             if not r.subject.exclusive:
