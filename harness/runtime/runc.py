@@ -280,12 +280,28 @@ class Runc:
 
 
 def clean_runc_root(root: Path) -> None:
-    """Kill and delete every container under a runc root (the reaper's job after a crash)."""
+    """Kill and delete every container under a runc root (the reaper's job after a crash), and under the runc roots
+    containerd's shim keeps inside it, one per containerd namespace (a real node's pods: ``<root>/k8s.io``)."""
     if not root.is_dir():
         return
     recorded = _recorded_binary(root)
-    runtime = Runc(root=root, binary=recorded or choose_runc().binary)
-    for cid in runtime.list_ids():
-        with contextlib.suppress(Exception):
-            runtime.kill(cid, sig=signal.SIGKILL)
-            runtime.delete(cid)
+    binary = recorded or choose_runc().binary
+    for each in (root, *_namespace_roots(root)):
+        runtime = Runc(root=each, binary=_recorded_binary(each) or binary)
+        for cid in runtime.list_ids():
+            with contextlib.suppress(Exception):
+                runtime.kill(cid, sig=signal.SIGKILL)
+                runtime.delete(cid)
+
+
+def _namespace_roots(root: Path) -> list[Path]:
+    """Directories of ``root`` that are runc roots themselves: a container's ``state.json`` one level below."""
+    found = []
+    with contextlib.suppress(OSError), os.scandir(root) as entries:
+        for entry in entries:
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            with contextlib.suppress(OSError), os.scandir(entry.path) as inner:
+                if any(e.is_dir(follow_symlinks=False) and Path(e.path, "state.json").is_file() for e in inner):
+                    found.append(Path(entry.path))
+    return found

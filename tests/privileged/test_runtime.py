@@ -63,7 +63,20 @@ def test_exit_code_is_the_containers(run: RunDir, template: Path) -> None:
     container.stop()
 
 
-def test_reaper_removes_containers_and_namespaces_of_a_dead_owner(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "layout",
+    [
+        pytest.param("emulator", id="a node emulator's runc root"),
+        # The root a real node's containerd is given; its shim adds a directory per containerd namespace.
+        pytest.param("containerd", id="a real node's containerd: the root's k8s.io directory"),
+    ],
+)
+def test_reaper_removes_containers_and_namespaces_of_a_dead_owner(tmp_path: Path, layout: str) -> None:
+    make_runtime = (
+        "Runc.for_run(run)"
+        if layout == "emulator"
+        else 'Runc(root=run.path / "containerd" / "runc" / "k8s.io", binary=choose_runc().binary)'
+    )
     owner = textwrap.dedent(
         f"""
         from pathlib import Path
@@ -72,12 +85,12 @@ def test_reaper_removes_containers_and_namespaces_of_a_dead_owner(tmp_path: Path
         from harness.runtime.netns import create_netns, netns_name
         from harness.runtime.oci import render_container_spec
         from harness.runtime.rootfs import clone_rootfs, ensure_rootfs
-        from harness.runtime.runc import Runc
+        from harness.runtime.runc import Runc, choose_runc
         run = open_run_dir(purpose="crash", base=Path({str(tmp_path)!r}))
         ns = create_netns(netns_name(run_id=run.run_id, suffix="pod"))
         rootfs = clone_rootfs(template=ensure_rootfs(cache_root=run.path / "cache"), destination=run.path / "c")
         spec = render_container_spec(args=["sleep", "600"], env={{}}, rootfs=rootfs, hostname="x", netns_path=ns)
-        runtime = Runc.for_run(run)
+        runtime = {make_runtime}
         runtime.run(container_id=run.run_id + "-c", bundle=run.path / "b", spec=spec, run=run)
         from harness.procs import wait_for
         wait_for(lambda: (runtime.state(run.run_id + "-c") or {{}}).get("status") == "running", timeout=30, what="up")
