@@ -5,9 +5,9 @@ fsync. Here a call appends one line and waits for it to be durable; calls that a
 synced go together into the next one, so N concurrent prepares share one ``fdatasync`` (group commit). When the
 journal holds many more lines than live records it is compacted: the folded state is written as a fresh journal
 (temp file, fsync, rename, directory fsync), so its size stays proportional to the claims held. The compaction runs
-on the flusher thread after the batch that made it due has been acknowledged: one prepare in a hundred otherwise
-waited for three more syncs, which was the prepare p99. Batches wait while it writes; a crash during it loses
-nothing (the batches it folds are durable already).
+on the flusher thread after the batch that made it due has been acknowledged: inline, about one commit in 130 of a
+prepare-then-unprepare loop waited 1.6–2.5 ms for it instead of 0.27. Batches that come while it writes wait for it;
+a crash during it loses nothing (the batches it folds are durable already).
 
 Layout: line 1 is the header ``{"version":"fakedev.dra/checkpoint-v3"}``; every later line is
 ``<crc32 of the JSON, 8 hex digits> <entry JSON>``. Entries (:mod:`fakedev.driver.checkpoint` folds them):
