@@ -193,6 +193,7 @@ class ClaimJournal:
     def _reopen(self, *, lines: int) -> None:
         if self._fd >= 0:
             os.close(self._fd)
+            self._fd = -1  # should the open fail, never keep a number the process may hand to another file
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         self._lines = lines
         self._size = os.fstat(self._fd).st_size
@@ -363,9 +364,9 @@ class ClaimJournal:
                 if not opened.st_nlink or opened.st_size != self._size:
                     self._reload_locked()  # another instance's appends belong in the compacted file too
                 self._write_compacted_locked(self.state)
-        except (OSError, CheckpointError) as exc:
+        except Exception as exc:
             # The batches it folds are durable whatever happens here; the next append re-reads the file and fails
-            # if it is unreadable.
+            # if it is unreadable. Nothing may escape to the flusher: later entries it is to write come after this.
             log.warning("journal compaction failed", extra={"fields": {"path": str(self.path), "error": str(exc)}})
 
     def _write_compacted_locked(self, state: JournalState) -> None:
