@@ -8,9 +8,7 @@ both drivers read exactly what they read in a cluster; the scheduler is not part
 Latency: each claim is prepared and then unprepared before the next (one pod at a time on the node); the drivers
 take turns of :data:`LATENCY_CHUNK` claims, so each meets the machine's drift at the same times. Throughput: all
 claims are prepared with ``c`` calls in flight, each for one claim (different pods, so the kubelet would send them
-separately), then unprepared the same way, one driver after the other. Turns and drivers are separated by a rest
-(:data:`TURN_REST_SECONDS`, :data:`SUBJECT_REST_SECONDS`), so what one driver does once idle is not timed in the
-next one's calls.
+separately), then unprepared the same way, one driver after the other.
 """
 
 from __future__ import annotations
@@ -46,12 +44,6 @@ REGISTER_TIMEOUT: Final = 60.0
 DEVICES: Final = 8
 LATENCY_CHUNK: Final = 50
 """Claims per turn of one driver in the latency run."""
-TURN_REST_SECONDS: Final = 0.25
-"""Rest between two turns of the latency run, so that what a driver does once idle (fakedev deletes unprepared
-claims' directories after 50 ms without calls) happens between turns, not in the next driver's: the deletions' disk
-journal commits made the other driver's fsyncs wait (single prepares of 17–35 ms)."""
-SUBJECT_REST_SECONDS: Final = 1.0
-"""The same after one driver's throughput runs, which leave up to as many directories as claims to delete."""
 Say = Callable[[str], None]
 
 
@@ -322,9 +314,7 @@ async def measure_subjects(
         for r in running if profile_dir else []:
             assert r.driver.process is not None and profile_dir is not None
             spies.append(start_profiler(r.driver.process.pid, out=profile_dir / f"profile-{r.subject.key}.txt"))
-        for turn, (i, first, end) in enumerate(compute_turns([len(r.refs) for r in running], chunk=chunk)):
-            if turn and len(running) > 1:
-                await asyncio.sleep(TURN_REST_SECONDS)
+        for i, first, end in compute_turns([len(r.refs) for r in running], chunk=chunk):
             prep, unprep = await _latency(running[i].inst, running[i].refs[first:end])
             running[i].prep_ms += prep
             running[i].unprep_ms += unprep
@@ -346,7 +336,6 @@ async def measure_subjects(
                     result.prepare_per_s[c], result.unprepare_per_s[c] = await _throughput(
                         r.inst, r.refs, concurrency=c
                     )
-                    await asyncio.sleep(SUBJECT_REST_SECONDS)
             assert r.driver.process is not None
             result.rss_mb = round(memory_mib(r.driver.process.pid)["VmRSS"], 1)
             results[r.subject.key] = result
