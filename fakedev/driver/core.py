@@ -136,7 +136,7 @@ class ConcurrentDriver:
         # case, and the API server answers while the call waits.
         ahead = {c.uid: p for c in claims if (p := self.state.read_ahead(c)) is not None}
         try:
-            with self.state.activity.call(), self.locks.hold([c.uid for c in claims]):
+            with self.locks.hold([c.uid for c in claims]):
                 # Claims already held are answered without the instances' lock: a start-up (another instance's)
                 # must not hold up the answers a restarted kubelet asks for, which need neither the API nor a write.
                 if (held := self._answer_held(claims)) is not None:
@@ -147,5 +147,5 @@ class ConcurrentDriver:
                 pending.drain()  # a read no prepare needed (held meanwhile, a fault): its connection is kept
 
     def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, str]:
-        with self.state.activity.call(), self.locks.hold([c.uid for c in claims]):
+        with self.locks.hold([c.uid for c in claims]):
             return self._unprepare_all(claims)

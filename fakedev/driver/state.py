@@ -26,7 +26,6 @@ from pathlib import Path
 
 import cdi
 from fakedev.driver import cdi_layout, metadata
-from fakedev.driver.activity import CallActivity
 from fakedev.driver.apply import apply_prepare_plan, apply_unprepare_plan, write_base_spec
 from fakedev.driver.cdi_layout import CdiLayout
 from fakedev.driver.checkpoint import (
@@ -135,8 +134,6 @@ class ClaimState:
     """Whether prepare writes ``status.devices`` (no NVIDIA release does)."""
     cache: ClaimCache | None = None
     """Claims as a watch last showed them: a head start for prepares, never their only read."""
-    activity: CallActivity = field(default_factory=CallActivity)
-    """The driver's calls in flight (:class:`~fakedev.driver.core.ConcurrentDriver` counts them)."""
     journal: ClaimJournal = field(init=False)
     trash: Trash = field(init=False)
     outbox: StatusOutbox | None = field(init=False)
@@ -148,7 +145,7 @@ class ClaimState:
             before_compact_rename=self.crash.before_rename(CrashPoint.CHECKPOINT_TEMP),
             before_sync=lambda: self.crash.reached(CrashPoint.CHECKPOINT_APPEND),
         )
-        self.trash = Trash(root=self.paths.plugin_data_dir / TRASH_DIR_NAME, activity=self.activity)
+        self.trash = Trash(root=self.paths.plugin_data_dir / TRASH_DIR_NAME)
         self.outbox = StatusOutbox(journal=self.journal, api=self.api, crash=self.crash) if self.api else None
 
     @property

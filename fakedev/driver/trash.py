@@ -4,10 +4,7 @@ A claim's metadata directory lives on the node's disk, where each ``rmdir`` cost
 unprepare made two; a rename into the trash costs one tenth of that and takes the directory out of the metadata
 tree at once (containers mount it by path; none runs any more when unprepare is called). A thread deletes what the
 trash holds, woken once per :data:`BATCH` directories: waking it on every unprepare cost that unprepare about 70 µs
-(the wake-up, then the thread's Python competing for the GIL while the call finished). It deletes while the driver
-is quiet — no call for :data:`QUIET_SECONDS` — because a batch deleted under calls made the next two prepares
-0.1–1.9 ms slower (their median over 1000-claim runs), one in 32: a p99 of their own. Past :data:`MAX_DEFERRED`
-directories waiting it deletes whatever the calls, so a driver never idle still keeps its disk. What a stop leaves there
+(the wake-up, then the thread's Python competing for the GIL while the call finished). What a stop leaves there
 is deleted by :meth:`Trash.close`, what a crash leaves when the state is loaded again. The trash sits in
 the plugin's own data directory, next to the metadata tree, so the rename never crosses file systems; when it fails
 anyway the directory is removed in place.
@@ -21,13 +18,11 @@ import queue
 import secrets
 import shutil
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from fakedev.driver.activity import CallActivity
 from fakedev.driver.fsutil import PRIVATE_DIR_MODE, make_dirs
 
 log = logging.getLogger("fakedev.driver.trash")
@@ -35,12 +30,6 @@ log = logging.getLogger("fakedev.driver.trash")
 TRASH_DIR_NAME: Final = "trash"
 BATCH: Final = 64
 """Directories the trash collects before its thread is woken to delete them."""
-QUIET_SECONDS: Final = 0.05
-"""How long no call must have run before the thread deletes a directory."""
-POLL_SECONDS: Final = 0.02
-"""How often a thread that waits for quiet looks again (a wake-up per call ended would cost the calls)."""
-MAX_DEFERRED: Final = 4096
-"""Directories waiting for quiet beyond which deletion goes on under calls."""
 
 
 @dataclass(kw_only=True)
@@ -48,16 +37,11 @@ class Trash:
     """Mutable on purpose: the trash directory, its deleting thread and what waits for it."""
 
     root: Path
-    activity: CallActivity = field(default_factory=CallActivity)
-    """The driver's calls, which deletion waits out."""
     _queue: queue.SimpleQueue[list[Path] | None] = field(default_factory=queue.SimpleQueue)
     """Batches for the deleting thread; None ends it."""
     _collected: list[Path] = field(default_factory=list)
     _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _waiting: int = 0
-    """Directories queued for the thread and not deleted yet."""
-    _closing: threading.Event = field(default_factory=threading.Event)
 
     def empty(self) -> int:
         """Delete everything in the trash now (start-up: what a stopped or killed plugin left); returns how many."""
@@ -90,13 +74,11 @@ class Trash:
             if len(self._collected) < BATCH:
                 return
             batch, self._collected = self._collected, []
-            self._waiting += len(batch)
         self._queue.put(batch)
         self._ensure_thread()
 
     def close(self) -> None:
         """Delete what was collected, and end the deleting thread once it has deleted what was queued before."""
-        self._closing.set()  # what is queued is deleted now, quiet or not
         with self._lock:
             thread, self._thread = self._thread, None
             batch, self._collected = self._collected, []
@@ -115,20 +97,7 @@ class Trash:
     def _run(self) -> None:
         while (batch := self._queue.get()) is not None:
             for entry in batch:
-                self._wait_for_quiet()
                 _delete(entry)
-                with self._lock:
-                    self._waiting -= 1
-
-    def _wait_for_quiet(self) -> None:
-        while not self._closing.is_set():
-            with self._lock:
-                if self._waiting > MAX_DEFERRED:
-                    return
-            quiet = self.activity.quiet_for()
-            if quiet >= QUIET_SECONDS:
-                return
-            time.sleep(max(POLL_SECONDS, QUIET_SECONDS - quiet))
 
 
 def _delete(entry: Path) -> None:

@@ -4,10 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from fakedev.driver import trash as trash_mod
-from fakedev.driver.activity import CallActivity
 from fakedev.driver.apply import remove_claim_dir
 from fakedev.driver.trash import BATCH, Trash
 from harness.procs import wait_for
@@ -68,44 +64,3 @@ def test_a_trash_that_cannot_be_made_removes_the_directory_in_place(tmp_path: Pa
     trash.discard(claim, remove_in_place=_in_place)
     assert not claim.exists()
     trash.close()
-
-
-class _CountedActivity(CallActivity):
-    """The driver's calls, counting how often the trash's thread asked whether they are quiet."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.asked = 0
-
-    def quiet_for(self) -> float:
-        self.asked += 1
-        return super().quiet_for()
-
-
-def test_the_trash_deletes_only_once_no_call_has_run_for_a_while(tmp_path: Path) -> None:
-    """A batch deleted under calls slowed the prepares next to it: deletion waits until the driver is quiet."""
-    activity = _CountedActivity()
-    trash = Trash(root=tmp_path / "trash", activity=activity)
-    with activity.call():  # a call in flight all along
-        for i in range(BATCH):
-            trash.discard(_claim_dir(tmp_path, f"ns_c{i}_uid{i}"), remove_in_place=_in_place)
-        wait_for(lambda: activity.asked >= 3, timeout=10, what="the thread waiting for quiet", interval=0.01)
-        assert len(list((tmp_path / "trash").iterdir())) == BATCH  # asked three times, deleted nothing
-    wait_for(lambda: not any((tmp_path / "trash").iterdir()), timeout=10, what="the trash emptied once quiet")
-    trash.close()
-
-
-def test_a_driver_never_quiet_still_keeps_its_trash_bounded_and_a_stop_empties_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(trash_mod, "MAX_DEFERRED", 10)
-    activity = CallActivity()
-    trash = Trash(root=tmp_path / "trash", activity=activity)
-    with activity.call():
-        for i in range(BATCH):
-            trash.discard(_claim_dir(tmp_path, f"ns_c{i}_uid{i}"), remove_in_place=_in_place)
-        trash_dir = tmp_path / "trash"
-        wait_for(lambda: len(list(trash_dir.iterdir())) == 10, timeout=10, what="deleted down to the bound")
-        trash.discard(_claim_dir(tmp_path, "ns_last_uid"), remove_in_place=_in_place)  # collected, not queued
-        trash.close()  # under a call: deletes what is queued and collected without waiting for quiet
-        assert list(trash_dir.iterdir()) == []
