@@ -5,10 +5,11 @@ Sections (all by default; ``--only`` picks some and merges them into an existing
   footprint  plugin start-up to registration, plugin RSS, rendering 64 dgx-h100 nodes, a warm control-plane start
   prepare    prepare/unprepare p50/p99 over N claims and throughput at concurrency 1, 8 and 32: fakedev's GPU
              (gpu.nvidia.com), fakedev's example-schema GPU, sigs.k8s.io/dra-example-driver and fakedev's NIC, all on
-             one control plane through the node emulator's client, all running at once: the latency run takes turns
-             of 50 claims between them (so ratios compare calls made in the same minutes), throughput one driver
-             after the other; and the gRPC floor under those calls: an empty handler's round trip on grpc-go's server
-             and on grpcio's (`*_above_grpc_floor_ms`: each driver's own work)
+             one control plane through the node emulator's client: the latency run takes turns of 50 claims
+             between them (so ratios compare calls made in the same minutes), throughput one driver after the
+             other, the drivers not being called stopped meanwhile (--idle-drivers); each driver's CPU per claim
+             and the control plane's in its turns; and the gRPC floor under those calls: an empty handler's round
+             trip on grpc-go's server and on grpcio's (`*_above_grpc_floor_ms`: each driver's own work)
   scale      100/500/1000 emulated dgx-h100 nodes in one process: render and publish time, RSS, the CPU every
              control-plane process, the fleet and the machine used while publishing (how busy the cores were, the
              least publish time that work allows), then the real kube-scheduler placing 1000 pods that each claim a
@@ -85,6 +86,14 @@ def add_parser(sub: Any) -> None:
         default="tmpfs",
         help="where the prepare section's CDI dirs live: tmpfs (/dev/shm, as /var/run/cdi on a real node; default) "
         "or disk (the run directory)",
+    )
+    p.add_argument(
+        "--idle-drivers",
+        choices=prepare.IDLE_DRIVERS,
+        default="stopped",
+        help="prepare section: what the drivers not being called do meanwhile — stopped (SIGSTOP, the default: "
+        "whatever a driver defers runs in its own turns) or running (its deferred work may land in another driver's "
+        "calls; the method before 2026-12-06)",
     )
     p.add_argument("--concurrency", default="1,8,32", help="calls in flight for throughput (default 1,8,32)")
     p.add_argument("--nodes", default="100,500,1000", help="fleet sizes for the scale section (default 100,500,1000)")
@@ -219,10 +228,12 @@ def _prepare(
     out: Path,
     profile: bool,
     plugin_log_level: str,
+    idle_drivers: prepare.IdleDrivers,
 ) -> None:
     with local_cluster() as cluster:
         kube = cluster.client
         prepare.ensure_class(kube)
+        results["prepare_idle_drivers"] = idle_drivers
         run = open_run_dir(purpose="bench")
         cdi_root = Path("/dev/shm" if cdi_on == "tmpfs" else run.path) / f"fakedev-bench-{run.run_id}-cdi"
         results["prepare_cdi_dirs_on"] = cdi_on
@@ -291,6 +302,8 @@ def _prepare(
                         cdi_root=cdi_root,
                         profile_dir=out if profile else None,
                         log_dir=out if plugin_log_level.upper() != "WARNING" else None,
+                        idle=idle_drivers,
+                        control_plane={c: cluster.processes[c].pid for c in COMPONENTS},
                     )
                 )
 
@@ -309,6 +322,9 @@ def _prepare(
         results[f"{key}_unprepare_p50_ms"] = m.unprepare.p50_ms
         results[f"{key}_unprepare_p99_ms"] = m.unprepare.p99_ms
         results[f"{key}_driver_rss_mb"] = m.rss_mb
+        results[f"{key}_cpu_ms_per_claim"] = m.cpu_ms_per_claim
+        if m.control_plane_cpu_ms_per_claim is not None:
+            results[f"{key}_control_plane_cpu_ms_per_claim"] = m.control_plane_cpu_ms_per_claim
         for c, rate in m.prepare_per_s.items():
             results[f"{key}_prepare_per_s_c{c}"] = rate
             results[f"{key}_unprepare_per_s_c{c}"] = m.unprepare_per_s[c]
@@ -322,7 +338,10 @@ def _prepare(
     for key in ("gpu", "example_gpu"):
         if key not in measured or "exdrv_gpu" not in measured:
             continue
-        for figure in ("prepare_p50_ms", "prepare_p99_ms", "unprepare_p50_ms", "unprepare_p99_ms"):
+        figures = ("prepare_p50_ms", "prepare_p99_ms", "unprepare_p50_ms", "unprepare_p99_ms")
+        for figure in (*figures, "cpu_ms_per_claim", "control_plane_cpu_ms_per_claim"):
+            if f"{key}_{figure}" not in results or f"exdrv_gpu_{figure}" not in results:
+                continue
             results[f"ratio_{key}_vs_exdrv_{figure.removesuffix('_ms')}"] = ratio(
                 results[f"{key}_{figure}"], results[f"exdrv_gpu_{figure}"]
             )
@@ -625,6 +644,7 @@ def _run(args: argparse.Namespace) -> int:
             out=out,
             profile=args.profile,
             plugin_log_level=args.plugin_log_level,
+            idle_drivers=args.idle_drivers,
         ),
         "scale": lambda: _scale(
             results,

@@ -9,6 +9,13 @@ Latency: each claim is prepared and then unprepared before the next (one pod at 
 take turns of :data:`LATENCY_CHUNK` claims, so each meets the machine's drift at the same times. Throughput: all
 claims are prepared with ``c`` calls in flight, each for one claim (different pods, so the kubelet would send them
 separately), then unprepared the same way, one driver after the other.
+
+Idle drivers (:data:`IDLE_DRIVERS`): by default every driver but the one being called is stopped (SIGSTOP) for the
+length of the other's turn, so work a driver defers — a status write, a deletion, a compaction, a Go collection —
+runs in its own turns and is paid for in its own figures, never in another driver's calls nor in an idle pause.
+``running`` leaves them all running (the method of the passes before 2026-12-06, kept for comparison). Each
+driver's CPU per claim over the latency run, and the control plane's in its turns, are figures too: work moved off a
+call's path still shows there.
 """
 
 from __future__ import annotations
@@ -21,12 +28,12 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 
-from fakedev.cli.procfs import memory_mib
+from fakedev.cli.procfs import cpu_seconds, memory_mib
 from harness.cluster.nodes import register_node
 from harness.node.drivers import DriverContext, DriverProcess, DriverSpec
 from harness.node.emulator import DECLARED_FEATURES
@@ -44,6 +51,9 @@ REGISTER_TIMEOUT: Final = 60.0
 DEVICES: Final = 8
 LATENCY_CHUNK: Final = 50
 """Claims per turn of one driver in the latency run."""
+IdleDrivers = Literal["stopped", "running"]
+IDLE_DRIVERS: Final[tuple[IdleDrivers, ...]] = ("stopped", "running")
+"""What the drivers not being called do meanwhile: stopped with SIGSTOP (default) or left running."""
 Say = Callable[[str], None]
 
 
@@ -75,6 +85,11 @@ class SubjectResult:
     samples_ms: list[float] = field(default_factory=list)
     """Each prepare's latency in the latency run, in call order (the unprepares' in ``unprepare_samples_ms``)."""
     unprepare_samples_ms: list[float] = field(default_factory=list)
+    cpu_ms_per_claim: float = 0.0
+    """The driver process's CPU over the latency run, per claim prepared and unprepared."""
+    control_plane_cpu_ms_per_claim: float | None = None
+    """The control plane's CPU in this driver's latency turns, per claim; None when other drivers ran meanwhile
+    (their work would be counted too)."""
 
 
 def render_claim(*, name: str) -> JsonObj:
@@ -204,6 +219,26 @@ class _Running:
     refs: list[ClaimRef]
     prep_ms: list[float] = field(default_factory=list)
     unprep_ms: list[float] = field(default_factory=list)
+    control_plane_cpu_s: float = 0.0
+
+    @property
+    def pid(self) -> int:
+        assert self.driver.process is not None
+        return self.driver.process.pid
+
+
+@contextlib.contextmanager
+def others_stopped(drivers: Sequence[DriverProcess], *, called: DriverProcess, idle: IdleDrivers) -> Iterator[None]:
+    """Every driver but ``called`` stopped (SIGSTOP, its whole process group) for the block when ``idle`` is
+    ``stopped``, and continued after it, whatever the block raised."""
+    others = [d for d in drivers if d is not called] if idle == "stopped" else []
+    for d in others:
+        d.signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for d in others:
+            d.signal(signal.SIGCONT)
 
 
 def compute_turns(counts: Sequence[int], *, chunk: int) -> list[tuple[int, int, int]]:
@@ -286,6 +321,8 @@ async def measure_subjects(
     chunk: int = LATENCY_CHUNK,
     profile_dir: Path | None = None,
     log_dir: Path | None = None,
+    idle: IdleDrivers = "stopped",
+    control_plane: Mapping[str, int] | None = None,
 ) -> dict[str, SubjectResult]:
     """Every subject's figures, keyed by :attr:`Subject.key`. All drivers run at once: the latency run takes turns of
     ``chunk`` claims between them (:func:`compute_turns`), so a ratio of two drivers' latencies compares calls made
@@ -293,7 +330,9 @@ async def measure_subjects(
 
     ``cdi_root``: where each subject's CDI dir goes (a tmpfs, like a real node's /var/run/cdi, unless asked
     otherwise). ``profile_dir``: sample each Python driver with py-spy during the latency run. ``log_dir``: where
-    each driver's log is copied when it has stopped (``driver-<key>.log``)."""
+    each driver's log is copied when it has stopped (``driver-<key>.log``). ``idle``: what the drivers not being
+    called do meanwhile (module docstring). ``control_plane``: pids whose CPU in each driver's turns is counted
+    (with ``idle`` ``stopped`` only)."""
     async with contextlib.AsyncExitStack() as stack:
         running = [
             await _start_subject(
@@ -309,15 +348,27 @@ async def measure_subjects(
             )
             for s in subjects
         ]
-        say(f"prepare + unprepare, one claim at a time, {len(running)} drivers taking turns of {chunk} claims")
+        say(
+            f"prepare + unprepare, one claim at a time, {len(running)} drivers taking turns of {chunk} claims, "
+            f"the others {idle} meanwhile"
+        )
+        cp_pids = dict(control_plane or {}) if idle == "stopped" else {}
+        drivers = [r.driver for r in running]
+        cpu_before = {r.subject.key: cpu_seconds(r.pid) for r in running}
         spies = []
         for r in running if profile_dir else []:
             assert r.driver.process is not None and profile_dir is not None
             spies.append(start_profiler(r.driver.process.pid, out=profile_dir / f"profile-{r.subject.key}.txt"))
         for i, first, end in compute_turns([len(r.refs) for r in running], chunk=chunk):
-            prep, unprep = await _latency(running[i].inst, running[i].refs[first:end])
-            running[i].prep_ms += prep
-            running[i].unprep_ms += unprep
+            called = running[i]
+            with others_stopped(drivers, called=called.driver, idle=idle):
+                cp_before = sum(cpu_seconds(pid) for pid in cp_pids.values())
+                prep, unprep = await _latency(called.inst, called.refs[first:end])
+                called.control_plane_cpu_s += sum(cpu_seconds(pid) for pid in cp_pids.values()) - cp_before
+            called.prep_ms += prep
+            called.unprep_ms += unprep
+        # Read before the throughput runs; a stopped driver's own deferred work is inside: it runs in its turns.
+        cpu_used = {r.subject.key: cpu_seconds(r.pid) - cpu_before[r.subject.key] for r in running}
         for spy in spies:
             if spy is not None:
                 stop_profiler(spy)
@@ -328,14 +379,19 @@ async def measure_subjects(
                 unprepare=Latency.of(r.unprep_ms),
                 samples_ms=r.prep_ms,
                 unprepare_samples_ms=r.unprep_ms,
+                cpu_ms_per_claim=round(cpu_used[r.subject.key] * 1e3 / max(len(r.prep_ms), 1), 3),
+                control_plane_cpu_ms_per_claim=(
+                    round(r.control_plane_cpu_s * 1e3 / max(len(r.prep_ms), 1), 3) if cp_pids else None
+                ),
             )
             say(f"{r.subject.title}: prepare p50 {result.prepare.p50_ms} ms, p99 {result.prepare.p99_ms} ms")
             if not r.subject.exclusive:
                 for c in concurrency:
                     say(f"{r.subject.title}: throughput with {c} calls in flight")
-                    result.prepare_per_s[c], result.unprepare_per_s[c] = await _throughput(
-                        r.inst, r.refs, concurrency=c
-                    )
+                    with others_stopped(drivers, called=r.driver, idle=idle):
+                        result.prepare_per_s[c], result.unprepare_per_s[c] = await _throughput(
+                            r.inst, r.refs, concurrency=c
+                        )
             assert r.driver.process is not None
             result.rss_mb = round(memory_mib(r.driver.process.pid)["VmRSS"], 1)
             results[r.subject.key] = result
