@@ -24,7 +24,7 @@ import cdi
 from fakedev import sysfs
 from fakedev.driver import cdi_edits, metadata
 from fakedev.driver.crash import CrashPoint, CrashSwitch
-from fakedev.driver.fsutil import DIR_MODE, atomic_write, fsync_dir, make_dirs
+from fakedev.driver.fsutil import DIR_MODE, atomic_write, fsync_dir, make_dirs, remove_known_tree
 from fakedev.driver.plan import PreparePlan, SpecFile, UnpreparePlan
 from fakedev.driver.trash import Trash
 from fakedev.nics import host as nic_host
@@ -122,9 +122,9 @@ def apply_unprepare_plan(
     if plan.metadata_dir is not None:
         files = plan.metadata_files
         if trash is None:
-            remove_claim_dir(plan.metadata_dir, files=files)
+            remove_known_tree(plan.metadata_dir, files=files)
         else:
-            trash.discard(plan.metadata_dir, remove_in_place=lambda d: remove_claim_dir(d, files=files))
+            trash.discard(plan.metadata_dir, files=files)
     if plan.legacy_metadata_dir is not None and _belongs_to(plan.legacy_metadata_dir, uid=plan.uid):
         shutil.rmtree(plan.legacy_metadata_dir, ignore_errors=True)
     crash.reached(CrashPoint.UNPREPARE_AFTER_METADATA_DIR)
@@ -146,21 +146,6 @@ def apply_unprepare_plan(
             mtu=stray.hardware_mtu,
         )
     crash.reached(CrashPoint.UNPREPARE_AFTER_NICS)
-
-
-def remove_claim_dir(directory: Path, *, files: tuple[Path, ...]) -> None:
-    """Remove the files a record names and the directories holding them, bottom up, without walking the tree; a
-    directory holding anything else (a file nobody recorded, an older plugin's layout) is walked and removed whole.
-    Walking (``shutil.rmtree``) cost a recorded claim's unprepare 0.2 ms of its 0.8."""
-    try:
-        for f in files:
-            f.unlink(missing_ok=True)
-        for parent in dict.fromkeys(f.parent for f in files):
-            if parent != directory:
-                parent.rmdir()
-        directory.rmdir()
-    except OSError:
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _belongs_to(claim_dir: Path, *, uid: str) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
@@ -164,3 +165,22 @@ def fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def remove_known_tree(directory: Path, *, files: tuple[Path, ...]) -> None:
+    """Remove ``files`` (inside ``directory``) and the directories holding them, bottom up, without walking the
+    tree; a directory holding anything else (a file nobody recorded, an older plugin's layout) is walked and
+    removed whole. Walking (``shutil.rmtree``: a scan and an open per directory, in Python) cost a claim's
+    metadata directory 0.2 ms; this is three system calls for a claim with one request."""
+    try:
+        for f in files:
+            f.unlink(missing_ok=True)
+        for parent in dict.fromkeys(f.parent for f in files):
+            if parent != directory:
+                parent.rmdir()
+        directory.rmdir()
+    except FileNotFoundError:
+        if directory.exists():
+            shutil.rmtree(directory, ignore_errors=True)
+    except OSError:
+        shutil.rmtree(directory, ignore_errors=True)

@@ -7,7 +7,9 @@ trash holds, woken once per :data:`BATCH` directories: waking it on every unprep
 (the wake-up, then the thread's Python competing for the GIL while the call finished). What a stop leaves there
 is deleted by :meth:`Trash.close`, what a crash leaves when the state is loaded again. The trash sits in
 the plugin's own data directory, next to the metadata tree, so the rename never crosses file systems; when it fails
-anyway the directory is removed in place.
+anyway the directory is removed in place. A directory comes with the files its record names, so that deleting it
+takes an unlink and an rmdir each instead of a walk (:func:`~fakedev.driver.fsutil.remove_known_tree`): walking
+was most of the thread's CPU, about 0.1 ms per claim, on a machine whose other core serves the next call.
 """
 
 from __future__ import annotations
@@ -18,12 +20,11 @@ import queue
 import secrets
 import shutil
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from fakedev.driver.fsutil import PRIVATE_DIR_MODE, make_dirs
+from fakedev.driver.fsutil import PRIVATE_DIR_MODE, make_dirs, remove_known_tree
 
 log = logging.getLogger("fakedev.driver.trash")
 
@@ -32,14 +33,25 @@ BATCH: Final = 64
 """Directories the trash collects before its thread is woken to delete them."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Discarded:
+    """A directory in the trash and the files it is known to hold (relative to it; anything else makes a walk)."""
+
+    path: Path
+    files: tuple[str, ...]
+
+    def delete(self) -> None:
+        remove_known_tree(self.path, files=tuple(self.path / f for f in self.files))
+
+
 @dataclass(kw_only=True)
 class Trash:
     """Mutable on purpose: the trash directory, its deleting thread and what waits for it."""
 
     root: Path
-    _queue: queue.SimpleQueue[list[Path] | None] = field(default_factory=queue.SimpleQueue)
+    _queue: queue.SimpleQueue[list[_Discarded] | None] = field(default_factory=queue.SimpleQueue)
     """Batches for the deleting thread; None ends it."""
-    _collected: list[Path] = field(default_factory=list)
+    _collected: list[_Discarded] = field(default_factory=list)
     _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -53,9 +65,10 @@ class Trash:
             _delete(entry)
         return len(entries)
 
-    def discard(self, directory: Path, *, remove_in_place: Callable[[Path], None]) -> None:
-        """Take ``directory`` away now and delete it later; a directory that is not there is no error.
-        ``remove_in_place``: what to do when the rename fails (the trash cannot be made, another file system)."""
+    def discard(self, directory: Path, *, files: tuple[Path, ...] = ()) -> None:
+        """Take ``directory`` away now and delete it later; a directory that is not there is no error. ``files``:
+        what it is known to hold (paths inside it), deleted without a walk; it is removed in place, the same way,
+        when the rename fails (the trash cannot be made, another file system)."""
         target = self.root / f"{directory.name}.{secrets.token_hex(4)}"
         try:
             try:
@@ -67,10 +80,12 @@ class Trash:
                 directory.rename(target)
         except OSError as exc:
             log.debug("trash: removing in place", extra={"fields": {"dir": str(directory), "error": str(exc)}})
-            remove_in_place(directory)
+            remove_known_tree(directory, files=files)
             return
+        prefix = f"{directory}/"  # strings, not PurePath.relative_to: this runs in the call
+        inside = tuple(name[len(prefix) :] for f in files if (name := str(f)).startswith(prefix))
         with self._lock:
-            self._collected.append(target)
+            self._collected.append(_Discarded(path=target, files=inside))
             if len(self._collected) < BATCH:
                 return
             batch, self._collected = self._collected, []
@@ -83,7 +98,7 @@ class Trash:
             thread, self._thread = self._thread, None
             batch, self._collected = self._collected, []
         for entry in batch:
-            _delete(entry)
+            entry.delete()
         if thread is not None:
             self._queue.put(None)
             thread.join(timeout=5)
@@ -97,7 +112,7 @@ class Trash:
     def _run(self) -> None:
         while (batch := self._queue.get()) is not None:
             for entry in batch:
-                _delete(entry)
+                entry.delete()
 
 
 def _delete(entry: Path) -> None:

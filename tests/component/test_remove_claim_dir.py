@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fakedev.driver.apply import remove_claim_dir
-from fakedev.driver.fsutil import make_dirs
+from fakedev.driver.fsutil import make_dirs, remove_known_tree
 
 
 def _tree(root: Path, *names: str) -> list[Path]:
@@ -21,7 +20,7 @@ def _tree(root: Path, *names: str) -> list[Path]:
 def test_the_recorded_files_and_their_directories_go(tmp_path: Path) -> None:
     claim_dir = tmp_path / "ns_c_uid"
     files = _tree(claim_dir, "gpu/metadata.json", "nic/metadata.json")
-    remove_claim_dir(claim_dir, files=tuple(files))
+    remove_known_tree(claim_dir, files=tuple(files))
     assert list(tmp_path.iterdir()) == []
 
 
@@ -29,13 +28,13 @@ def test_a_file_nobody_recorded_does_not_keep_the_directory(tmp_path: Path) -> N
     claim_dir = tmp_path / "ns_c_uid"
     recorded = _tree(claim_dir, "gpu/metadata.json")
     _tree(claim_dir, "gpu/.metadata.json.0a1b2c3d4e.tmp", "old-layout/metadata.json")
-    remove_claim_dir(claim_dir, files=tuple(recorded))
+    remove_known_tree(claim_dir, files=tuple(recorded))
     assert list(tmp_path.iterdir()) == []
 
 
 def test_a_directory_already_gone_is_no_error(tmp_path: Path) -> None:
     claim_dir = tmp_path / "ns_c_uid"
-    remove_claim_dir(claim_dir, files=(claim_dir / "gpu" / "metadata.json",))
+    remove_known_tree(claim_dir, files=(claim_dir / "gpu" / "metadata.json",))
     assert not claim_dir.exists()
 
 
@@ -53,3 +52,12 @@ def test_make_dirs_makes_every_missing_level_with_its_mode_and_leaves_existing_o
     ]
     make_dirs(leaf, mode=0o755)  # there already: untouched
     assert oct(leaf.stat().st_mode & 0o777) == "0o751"
+
+
+def test_a_recorded_file_already_gone_still_takes_the_rest(tmp_path: Path) -> None:
+    claim_dir = tmp_path / "ns_c_uid"
+    files = _tree(claim_dir, "gpu/metadata.json", "nic/metadata.json")
+    files[0].unlink()
+    (claim_dir / "gpu").rmdir()
+    remove_known_tree(claim_dir, files=tuple(files))
+    assert list(tmp_path.iterdir()) == []
