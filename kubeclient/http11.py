@@ -101,6 +101,8 @@ class Connection:
         return sock
 
     def settimeout(self, timeout: float) -> None:
+        if timeout == self.timeout:
+            return  # the socket has it already; setting it again is an ioctl per request
         self.timeout = timeout
         if self.sock is not None:
             self.sock.settimeout(timeout)

@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Final
 
 import cdi
+from cdi.files import needs_chmod
 from fakedev import sysfs
 from fakedev.driver import cdi_edits, metadata
 from fakedev.driver.crash import CrashPoint, CrashSwitch
-from fakedev.driver.fsutil import DIR_MODE, atomic_write, fsync_dir, make_dirs, remove_known_tree
+from fakedev.driver.fsutil import DIR_MODE, atomic_write, fsync_dir, make_dirs, make_new_dirs, remove_known_tree
 from fakedev.driver.plan import PreparePlan, SpecFile, UnpreparePlan
 from fakedev.driver.trash import Trash
 from fakedev.nics import host as nic_host
@@ -42,7 +43,8 @@ def ensure_fake_node(path: Path) -> None:
     make_dirs(path.parent, mode=DIR_MODE)
     with contextlib.suppress(FileExistsError):
         os.mknod(path, FAKE_NODE_MODE | stat.S_IFCHR, os.makedev(cdi_edits.SAFE_MAJOR, cdi_edits.SAFE_MINOR))
-        path.chmod(FAKE_NODE_MODE)  # mknod's mode went through the umask
+        if needs_chmod(FAKE_NODE_MODE):
+            path.chmod(FAKE_NODE_MODE)  # mknod's mode went through the umask
 
 
 def apply_prepare_plan(
@@ -73,6 +75,8 @@ def apply_prepare_plan(
         )
     crash.reached(CrashPoint.PREPARE_AFTER_CLAIM_SPEC)
     for f in plan.metadata_files:
+        # <metadata root>/<claim>/<request>/: new for a claim prepared the first time, made before the file is tried.
+        make_new_dirs(f.path.parent, below=f.path.parent.parent.parent, mode=DIR_MODE)
         atomic_write(
             f.path,
             f.data,

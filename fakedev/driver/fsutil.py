@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from cdi.files import write_new_temp_file
+from cdi.files import needs_chmod, write_new_temp_file
 
 DIR_MODE: Final = 0o755
 """Directories others (the runtime, inspection tools, a container's bind mount) read."""
@@ -55,14 +55,35 @@ def make_dirs(path: Path, *, mode: int) -> None:
             path.mkdir(mode=mode)
         except FileExistsError:
             return
-    path.chmod(mode)  # mkdir's mode went through the umask
+    if needs_chmod(mode):
+        path.chmod(mode)  # mkdir's mode went through the umask
+
+
+def make_new_dirs(path: Path, *, below: Path, mode: int) -> None:
+    """Create ``path`` and the directories between it and ``below`` (which should exist), top down, each with
+    exactly ``mode``; existing ones are left alone. For a tree a prepare makes new (a claim's metadata directory):
+    one ``mkdir`` per level, where trying the file first and :func:`make_dirs` bottom up took two more calls."""
+    levels = [path]
+    while levels[-1].parent != below and levels[-1].parent != levels[-1]:
+        levels.append(levels[-1].parent)
+    for level in reversed(levels):
+        try:
+            level.mkdir(mode=mode)
+        except FileExistsError:
+            continue
+        except FileNotFoundError:
+            make_dirs(path, mode=mode)  # ``below`` is missing too: the general way
+            return
+        if needs_chmod(mode):
+            level.chmod(mode)  # mkdir's mode went through the umask
 
 
 def write_new_file(path: Path, data: bytes, *, mode: int) -> None:
     """Write ``path`` (created or truncated) with exactly ``mode``; not crash-safe, for files nobody reads mid-write."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
     try:
-        os.fchmod(fd, mode)
+        if needs_chmod(mode):
+            os.fchmod(fd, mode)
         os.write(fd, data)
     finally:
         os.close(fd)

@@ -17,13 +17,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import queue
-import secrets
 import shutil
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from cdi.files import unique_part
 from fakedev.driver.fsutil import PRIVATE_DIR_MODE, make_dirs, remove_known_tree
 
 log = logging.getLogger("fakedev.driver.trash")
@@ -69,7 +69,7 @@ class Trash:
         """Take ``directory`` away now and delete it later; a directory that is not there is no error. ``files``:
         what it is known to hold (paths inside it), deleted without a walk; it is removed in place, the same way,
         when the rename fails (the trash cannot be made, another file system)."""
-        target = self.root / f"{directory.name}.{secrets.token_hex(4)}"
+        target = self.root / f"{directory.name}.{unique_part()}"  # no getrandom per call
         try:
             try:
                 directory.rename(target)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fakedev.driver.fsutil import make_dirs, remove_known_tree
+from fakedev.driver.fsutil import make_dirs, make_new_dirs, remove_known_tree
 
 
 def _tree(root: Path, *names: str) -> list[Path]:
@@ -61,3 +61,21 @@ def test_a_recorded_file_already_gone_still_takes_the_rest(tmp_path: Path) -> No
     (claim_dir / "gpu").rmdir()
     remove_known_tree(claim_dir, files=tuple(files))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_make_new_dirs_makes_the_levels_below_a_root_top_down_and_leaves_existing_ones(tmp_path: Path) -> None:
+    root = tmp_path / "metadata"
+    root.mkdir(mode=0o700)
+    leaf = root / "ns_c_uid" / "gpu"
+    make_new_dirs(leaf, below=root, mode=0o751)
+    assert [oct(p.stat().st_mode & 0o777) for p in (root, leaf.parent, leaf)] == ["0o700", "0o751", "0o751"]
+    leaf.chmod(0o700)
+    make_new_dirs(leaf, below=root, mode=0o751)  # there already: untouched
+    assert oct(leaf.stat().st_mode & 0o777) == "0o700"
+
+
+def test_make_new_dirs_makes_a_missing_root_too(tmp_path: Path) -> None:
+    leaf = tmp_path / "metadata" / "ns_c_uid" / "gpu"
+    make_new_dirs(leaf, below=tmp_path / "metadata", mode=0o751)
+    assert leaf.is_dir()
+    assert oct((tmp_path / "metadata").stat().st_mode & 0o777) == "0o751"
