@@ -13,6 +13,7 @@ and the NIC assignments (names and addresses picked against what the node's othe
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -31,6 +32,12 @@ from fakedev.render.published import PublishedDevice
 from kubeletapi.types import PreparedDevice
 
 READY_REASON: Final = "DevicePrepared"
+
+
+@functools.lru_cache(maxsize=4096)
+def host_node_path(dev_root: Path, relpath: str) -> Path:
+    """A fake device node's path on the host; the same few per node, joined once (a prepare joined four anew)."""
+    return dev_root / relpath
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -254,7 +261,7 @@ def compute_prepare_plan(
         asked = placement is not VfioApiNode.ON_REQUEST or bool(configs[d.request].vfio_api_device)
         api = prep.api_nodes(p.model) if asked else ()
         for node in (*prep.fake_nodes(p.model), *api):
-            fake_nodes[dirs.dev_root / node.host_relpath] = None
+            fake_nodes[host_node_path(dirs.dev_root, node.host_relpath)] = None
         if placement is not VfioApiNode.ON_DEVICE:
             spec_nodes.update(dict.fromkeys(api))
         if (mdev := prep.mdev(p.model)) is not None:

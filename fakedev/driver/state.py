@@ -19,6 +19,7 @@ removed by an unprepare.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -95,11 +96,12 @@ class StatePaths:
     boot_id: str = ""
     """This boot's ID: a claim's files are written unsynced, trusted in this boot only (:attr:`PrepareDirs.boot_id`)."""
 
-    @property
+    # Cached: every prepare and unprepare asks, and building Paths anew cost ~20 µs a call (pathlib is slow).
+    @functools.cached_property
     def metadata_root(self) -> Path:
         return self.plugin_data_dir / metadata.METADATA_DIR_NAME
 
-    @property
+    @functools.cached_property
     def dirs(self) -> PrepareDirs:
         return PrepareDirs(
             cdi_dir=self.cdi_dir,
