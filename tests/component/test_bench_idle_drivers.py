@@ -9,7 +9,7 @@ import pytest
 
 from fakedev.cli.bench.prepare import others_stopped
 from harness.node.drivers import DriverContext, DriverProcess, template_driver
-from harness.procs import RunDir, open_run_dir, wait_for
+from harness.procs import RunDir, run_dir, wait_for
 
 
 def _state(driver: DriverProcess) -> str:
@@ -22,34 +22,34 @@ def _wait_state(driver: DriverProcess, state: str) -> None:
 
 
 @pytest.fixture
-def run(tmp_path: Path) -> Iterator[RunDir]:
-    run = open_run_dir(purpose="test", base=tmp_path)
-    yield run
-    run.remove()
+def drivers(tmp_path: Path) -> Iterator[list[DriverProcess]]:
+    with run_dir(purpose="test", base=tmp_path) as run:
+        yield from _started(run, tmp_path)
 
 
-@pytest.fixture
-def drivers(run: RunDir, tmp_path: Path) -> Iterator[list[DriverProcess]]:
-    started = []
-    for i in range(3):
-        driver = DriverProcess(
-            name=f"idle-{i}",
-            spec=template_driver(("sleep", "600")),
-            context=DriverContext(
-                node=f"node-{i}",
-                kubelet_root=tmp_path / f"k{i}",
-                cdi_dir=tmp_path / f"cdi{i}",
-                kubeconfig=tmp_path / "kubeconfig",
-            ),
-            run=run,
-        )
-        driver.start()
-        started.append(driver)
-    for driver in started:
-        _wait_state(driver, "S")
-    yield started
-    for driver in started:
-        driver.stop(timeout=5)
+def _started(run: RunDir, tmp_path: Path) -> Iterator[list[DriverProcess]]:
+    started: list[DriverProcess] = []
+    try:
+        for i in range(3):
+            driver = DriverProcess(
+                name=f"idle-{i}",
+                spec=template_driver(("sleep", "600")),
+                context=DriverContext(
+                    node=f"node-{i}",
+                    kubelet_root=tmp_path / f"k{i}",
+                    cdi_dir=tmp_path / f"cdi{i}",
+                    kubeconfig=tmp_path / "kubeconfig",
+                ),
+                run=run,
+            )
+            driver.start()
+            started.append(driver)
+        for driver in started:
+            _wait_state(driver, "S")
+        yield started
+    finally:
+        for driver in started:
+            driver.stop(timeout=5)  # continued first: a stopped process cannot handle SIGTERM
 
 
 def test_every_other_driver_is_stopped_for_the_turn_and_continued_after(drivers: list[DriverProcess]) -> None:
