@@ -5,9 +5,9 @@ writes several files. The unique part is hex (no ``.``), so the writers' temp-fi
 a random base drawn once per process and a counter, so that a name costs no ``getrandom`` (``O_EXCL`` still
 refuses a name taken, and a fresh random part is drawn then).
 
-A file's mode is set exactly, whatever the umask: with an ``fchmod`` after creating it, unless the process set its
-umask itself (:func:`set_umask`, as ``fakedev plugin`` does at start) and the mode passes through it unchanged —
-then the system call is skipped (a prepare made five of them).
+A file's mode is set exactly, whatever the umask, with an ``fchmod`` after creating it. (Skipping it when the
+process owns a umask that leaves the mode whole was tried and taken back: a setgid parent or a default ACL still
+changes what ``open`` makes.)
 """
 
 from __future__ import annotations
@@ -23,21 +23,6 @@ _ATTEMPTS: Final = 100
 _FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 _BASE: Final = secrets.token_hex(3)
 _COUNTER: Final = itertools.count()  # next() on it is atomic under the GIL
-_known_umask: int | None = None
-"""The umask this process set itself (:func:`set_umask`); None: unknown (inherited, may change), chmod always."""
-
-
-def set_umask(mask: int) -> None:
-    """Set the process's umask and remember it, so modes it leaves whole need no chmod (a process that owns its
-    umask: the plugin). Nothing else in the process may change the umask afterwards."""
-    global _known_umask  # process-wide by nature, like the umask itself
-    os.umask(mask)
-    _known_umask = mask
-
-
-def needs_chmod(mode: int) -> bool:
-    """Whether a file or directory created with ``mode`` must be chmodded to have exactly ``mode``."""
-    return _known_umask is None or bool(mode & _known_umask)
 
 
 def unique_part() -> str:
@@ -58,8 +43,7 @@ def write_new_temp_file(directory: str, *, prefix: str, suffix: str, data: bytes
             unique = secrets.token_hex(5)  # taken (another process's, or left by a crash): draw one at random
             continue
         try:
-            if needs_chmod(mode):
-                os.fchmod(fd, mode)
+            os.fchmod(fd, mode)
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Final
 
 import cdi
-from cdi.files import needs_chmod
 from fakedev import sysfs
 from fakedev.driver import cdi_edits, metadata
 from fakedev.driver.crash import CrashPoint, CrashSwitch
@@ -43,8 +42,7 @@ def ensure_fake_node(path: Path) -> None:
     make_dirs(path.parent, mode=DIR_MODE)
     with contextlib.suppress(FileExistsError):
         os.mknod(path, FAKE_NODE_MODE | stat.S_IFCHR, os.makedev(cdi_edits.SAFE_MAJOR, cdi_edits.SAFE_MINOR))
-        if needs_chmod(FAKE_NODE_MODE):
-            path.chmod(FAKE_NODE_MODE)  # mknod's mode went through the umask
+        path.chmod(FAKE_NODE_MODE)  # mknod's mode went through the umask
 
 
 def apply_prepare_plan(

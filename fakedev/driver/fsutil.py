@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from cdi.files import needs_chmod, write_new_temp_file
+from cdi.files import write_new_temp_file
 
 DIR_MODE: Final = 0o755
 """Directories others (the runtime, inspection tools, a container's bind mount) read."""
@@ -55,8 +55,7 @@ def make_dirs(path: Path, *, mode: int) -> None:
             path.mkdir(mode=mode)
         except FileExistsError:
             return
-    if needs_chmod(mode):
-        path.chmod(mode)  # mkdir's mode went through the umask
+    path.chmod(mode)  # mkdir's mode went through the umask
 
 
 def make_new_dirs(path: Path, *, below: Path, mode: int) -> None:
@@ -74,16 +73,14 @@ def make_new_dirs(path: Path, *, below: Path, mode: int) -> None:
         except FileNotFoundError:
             make_dirs(path, mode=mode)  # ``below`` is missing too: the general way
             return
-        if needs_chmod(mode):
-            level.chmod(mode)  # mkdir's mode went through the umask
+        level.chmod(mode)  # mkdir's mode went through the umask (and a setgid parent's bit)
 
 
 def write_new_file(path: Path, data: bytes, *, mode: int) -> None:
     """Write ``path`` (created or truncated) with exactly ``mode``; not crash-safe, for files nobody reads mid-write."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
     try:
-        if needs_chmod(mode):
-            os.fchmod(fd, mode)
+        os.fchmod(fd, mode)
         os.write(fd, data)
     finally:
         os.close(fd)

@@ -13,9 +13,8 @@ and the NIC assignments (names and addresses picked against what the node's othe
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -34,12 +33,6 @@ from kubeletapi.types import PreparedDevice
 READY_REASON: Final = "DevicePrepared"
 
 
-@functools.lru_cache(maxsize=4096)
-def host_node_path(dev_root: Path, relpath: str) -> Path:
-    """A fake device node's path on the host; the same few per node, joined once (a prepare joined four anew)."""
-    return dev_root / relpath
-
-
 @dataclass(frozen=True, kw_only=True)
 class PrepareDirs:
     """Where a plan puts things: the CDI directory, the fake /dev root and the metadata root."""
@@ -53,6 +46,16 @@ class PrepareDirs:
     boot_id: str = ""
     """This boot's ID (:mod:`fakedev.driver.boot`): files are written without fsync and the record carries the ID,
     so a record of another boot — whose files a power cut may have emptied — is never trusted. "": unknown."""
+    _dev_paths: dict[str, Path] = field(default_factory=dict, init=False, compare=False, hash=False, repr=False)
+    """Fake device nodes' host paths by relative path, joined once (a prepare joined four anew); not copied by
+    ``dataclasses.replace``, which may give another ``dev_root``."""
+
+    def dev_path(self, relpath: str) -> Path:
+        """A fake device node's path on the host."""
+        path = self._dev_paths.get(relpath)
+        if path is None:
+            path = self._dev_paths[relpath] = self.dev_root / relpath
+        return path
 
     @property
     def synced(self) -> bool:
@@ -261,7 +264,7 @@ def compute_prepare_plan(
         asked = placement is not VfioApiNode.ON_REQUEST or bool(configs[d.request].vfio_api_device)
         api = prep.api_nodes(p.model) if asked else ()
         for node in (*prep.fake_nodes(p.model), *api):
-            fake_nodes[host_node_path(dirs.dev_root, node.host_relpath)] = None
+            fake_nodes[dirs.dev_path(node.host_relpath)] = None
         if placement is not VfioApiNode.ON_DEVICE:
             spec_nodes.update(dict.fromkeys(api))
         if (mdev := prep.mdev(p.model)) is not None:

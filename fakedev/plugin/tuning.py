@@ -7,8 +7,6 @@ import sys
 from collections.abc import Mapping
 from typing import Final
 
-from cdi.files import set_umask
-
 GIL_SWITCH_SECONDS: Final = 0.0005
 GRPC_EXPERIMENTS: Final = "GRPC_EXPERIMENTS"
 SERVING_GRPC_EXPERIMENTS: Final = "-event_engine_listener"
@@ -17,9 +15,6 @@ next event reads the socket itself. On the EventEngine path (grpcio's default si
 reads it and wakes that thread, which wakes a worker: an empty call on grpcio's threaded server took 0.55 ms and
 0.35 ms of CPU here, 0.43 ms and 0.22 ms without it (``make bench``: ``grpc_floor_python_ms``). It holds only
 while the process has one gRPC server: a second one's polling thread takes part of the gain back."""
-SERVING_UMASK: Final = 0o022
-"""The umask a serving process sets itself: every file and directory it makes asks for its mode explicitly, and
-with a umask it owns the writers can skip the chmod that made each mode exact (:func:`cdi.files.set_umask`)."""
 GC_THRESHOLDS: Final = (50_000, 20, 100)
 """Young-generation collections every 50 000 allocations (CPython: 700), and full ones rarely."""
 
@@ -37,9 +32,6 @@ def tune_for_serving() -> None:
 
     The cyclic garbage collector's default thresholds make it traverse every live object again and again while a
     process builds up a large heap: rendering 500 dgx-h100 nodes that stay alive (a fleet does) took 9.3 ms per node
-    with them and 5.8 ms without. What these processes allocate is freed by reference counting; cycles are rare.
-
-    The umask becomes the process's own (:data:`SERVING_UMASK`), so that exact modes cost no chmod."""
+    with them and 5.8 ms without. What these processes allocate is freed by reference counting; cycles are rare."""
     sys.setswitchinterval(GIL_SWITCH_SECONDS)
     gc.set_threshold(*GC_THRESHOLDS)
-    set_umask(SERVING_UMASK)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from fakedev.cli.bench.prepare import others_stopped
+from fakedev.cli.bench.prepare import others_stopped, process_cpu_ns, settled
 from harness.node.drivers import DriverContext, DriverProcess, template_driver
 from harness.procs import RunDir, run_dir, wait_for
 
@@ -73,3 +76,19 @@ def test_drivers_are_continued_when_the_turn_fails(drivers: list[DriverProcess])
 def test_running_leaves_every_driver_running(drivers: list[DriverProcess]) -> None:
     with others_stopped(drivers, called=drivers[0], idle="running"):
         assert [_state(d) for d in drivers] == ["S", "S", "S"]
+
+
+def test_a_turn_starts_once_the_driver_has_caught_up(tmp_path: Path) -> None:
+    # A process that works for 0.4 s of CPU, then idles: the wait ends only after the work.
+    burn = "import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass\ntime.sleep(600)\n"
+    process = subprocess.Popen([sys.executable, "-c", burn])
+    try:
+        asyncio.run(settled(process.pid, cap=30))
+        assert process_cpu_ns(process.pid) >= 0.4e9
+        before = process_cpu_ns(process.pid)
+        asyncio.run(settled(process.pid, cap=30))  # quiet already: one window
+        assert process_cpu_ns(process.pid) - before < 0.02e9
+    finally:
+        process.kill()
+        process.wait()
+    assert process_cpu_ns(process.pid) == 0  # gone: nothing to wait for

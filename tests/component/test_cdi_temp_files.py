@@ -1,8 +1,9 @@
-"""Temp files written whole: unique names without a random draw each, and exact modes with or without a chmod."""
+"""Temp files written whole: unique names without a random draw each, recognised as temp files, exact modes."""
 
 from __future__ import annotations
 
 import os
+import secrets
 import stat
 import subprocess
 import sys
@@ -12,20 +13,23 @@ from pathlib import Path
 import pytest
 
 from cdi import files
+from fakedev.driver.fsutil import temp_file_target
 
 
-def _mode(path: str | Path) -> int:
-    return stat.S_IMODE(Path(path).stat().st_mode)
+def test_names_are_unique_recognised_as_temp_files_and_cost_no_random_draw(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_draw(_nbytes: int | None = None) -> str:
+        raise AssertionError("a random draw for a name nobody has taken")
 
-
-def test_names_are_unique_and_recognised_as_temp_files(tmp_path: Path) -> None:
+    monkeypatch.setattr(secrets, "token_hex", no_draw)  # cdi.files calls it as secrets.token_hex
     written = {
-        files.write_new_temp_file(str(tmp_path), prefix=".spec.", suffix=".tmp", data=b"x", mode=0o644, sync=False)
+        files.write_new_temp_file(str(tmp_path), prefix=".spec.yaml.", suffix=".tmp", data=b"x", mode=0o644, sync=False)
         for _ in range(500)
     }
     assert len(written) == 500
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(Path(p).name for p in written)
-    assert all(Path(p).name.removeprefix(".spec.").removesuffix(".tmp").isalnum() for p in written)
+    assert {temp_file_target(Path(p).name) for p in written} == {"spec.yaml"}  # what start-up collects
 
 
 def test_a_name_taken_already_is_never_overwritten(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -34,23 +38,19 @@ def test_a_name_taken_already_is_never_overwritten(tmp_path: Path, monkeypatch: 
     path = files.write_new_temp_file(str(tmp_path), prefix=".spec.", suffix=".tmp", data=b"mine", mode=0o644, sync=True)
     assert (tmp_path / ".spec.taken.tmp").read_bytes() == b"someone else's"
     assert Path(path).read_bytes() == b"mine"
-    assert Path(path).name != ".spec.taken.tmp"
+    assert temp_file_target(Path(path).name) == "spec"
 
 
-@pytest.mark.parametrize("inherited", [0o000, 0o077])
-def test_modes_are_exact_whether_the_umask_is_the_process_own_or_inherited(tmp_path: Path, inherited: int) -> None:
-    # In a child: the umask is process-wide, and set_umask is for a process that owns it (the plugin).
+@pytest.mark.parametrize("umask", [0o000, 0o077])
+def test_the_mode_is_exact_whatever_the_umask(tmp_path: Path, umask: int) -> None:
+    # In a child: the umask is process-wide.
     script = textwrap.dedent(
         f"""
         import os, sys
         from cdi import files
-        os.umask({inherited:#o})
-        d = sys.argv[1]
-        print(files.write_new_temp_file(d, prefix="inherited-644.", suffix=".tmp", data=b"", mode=0o644, sync=False))
-        files.set_umask(0o022)
-        print(files.write_new_temp_file(d, prefix="own-644.", suffix=".tmp", data=b"", mode=0o644, sync=False))
-        print(files.write_new_temp_file(d, prefix="own-666.", suffix=".tmp", data=b"", mode=0o666, sync=False))
-        print(files.needs_chmod(0o644), files.needs_chmod(0o666))
+        os.umask({umask:#o})
+        for mode in (0o644, 0o600, 0o666):
+            print(files.write_new_temp_file(sys.argv[1], prefix="m.", suffix=".tmp", data=b"", mode=mode, sync=False))
         """
     )
     done = subprocess.run(
@@ -60,6 +60,4 @@ def test_modes_are_exact_whether_the_umask_is_the_process_own_or_inherited(tmp_p
         check=True,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
     )
-    inherited_644, own_644, own_666, needs = done.stdout.splitlines()
-    assert (_mode(inherited_644), _mode(own_644), _mode(own_666)) == (0o644, 0o644, 0o666)
-    assert needs == "False True"  # 0o644 passes 0o022 whole: no fchmod; 0o666 does not
+    assert [stat.S_IMODE(Path(p).stat().st_mode) for p in done.stdout.splitlines()] == [0o644, 0o600, 0o666]

@@ -54,7 +54,7 @@ def test_make_dirs_makes_every_missing_level_with_its_mode_and_leaves_existing_o
     assert oct(leaf.stat().st_mode & 0o777) == "0o751"
 
 
-def test_a_recorded_file_already_gone_still_takes_the_rest(tmp_path: Path) -> None:
+def test_a_recorded_file_and_its_directory_already_gone_still_take_the_rest(tmp_path: Path) -> None:
     claim_dir = tmp_path / "ns_c_uid"
     files = _tree(claim_dir, "gpu/metadata.json", "nic/metadata.json")
     files[0].unlink()

@@ -13,6 +13,8 @@ separately), then unprepared the same way, one driver after the other.
 Idle drivers (:data:`IDLE_DRIVERS`): by default every driver but the one being called is stopped (SIGSTOP) for the
 length of the other's turn, so work a driver defers — a status write, a deletion, a compaction, a Go collection —
 runs in its own turns and is paid for in its own figures, never in another driver's calls nor in an idle pause.
+A driver continued for its turn is first let catch up, untimed (:func:`settled`): what it was sent while stopped
+(a watch's events of the other drivers' claims) would otherwise weigh on its first calls.
 ``running`` leaves them all running (the method of the passes before 2026-12-06, kept for comparison). Each
 driver's CPU per claim over the latency run, and the control plane's in its turns, are figures too: work moved off a
 call's path still shows there.
@@ -51,6 +53,9 @@ REGISTER_TIMEOUT: Final = 60.0
 DEVICES: Final = 8
 LATENCY_CHUNK: Final = 50
 """Claims per turn of one driver in the latency run."""
+SETTLE_WINDOW_S: Final = 0.02
+SETTLE_BUSY_SHARE: Final = 0.05
+SETTLE_CAP_S: Final = 1.0
 IdleDrivers = Literal["stopped", "running"]
 IDLE_DRIVERS: Final[tuple[IdleDrivers, ...]] = ("stopped", "running")
 """What the drivers not being called do meanwhile: stopped with SIGSTOP (default) or left running."""
@@ -230,15 +235,42 @@ class _Running:
 @contextlib.contextmanager
 def others_stopped(drivers: Sequence[DriverProcess], *, called: DriverProcess, idle: IdleDrivers) -> Iterator[None]:
     """Every driver but ``called`` stopped (SIGSTOP, its whole process group) for the block when ``idle`` is
-    ``stopped``, and continued after it, whatever the block raised."""
-    others = [d for d in drivers if d is not called] if idle == "stopped" else []
-    for d in others:
-        d.signal(signal.SIGSTOP)
+    ``stopped``, and continued after it, whatever the block (or the stopping itself) raised."""
+    stopped: list[DriverProcess] = []
     try:
+        for d in drivers if idle == "stopped" else ():
+            if d is not called:
+                d.signal(signal.SIGSTOP)
+                stopped.append(d)
         yield
     finally:
-        for d in others:
+        for d in stopped:
             d.signal(signal.SIGCONT)
+
+
+def process_cpu_ns(pid: int) -> int:
+    """CPU time every thread of a process has used so far, in nanoseconds (``schedstat``: finer than the 10 ms ticks
+    of ``/proc/<pid>/stat``); 0 for a process that is gone."""
+    total = 0
+    with contextlib.suppress(FileNotFoundError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):  # a thread that ended meanwhile
+                total += int((task / "schedstat").read_text().split()[0])
+    return total
+
+
+async def settled(pid: int, *, window: float = SETTLE_WINDOW_S, cap: float = SETTLE_CAP_S) -> None:
+    """Return once the process used less than :data:`SETTLE_BUSY_SHARE` of a core over ``window`` seconds, or after
+    ``cap``: a driver continued after the others' turns first catches up (watch events it was sent meanwhile, timers
+    due) before its turn is timed. What it uses doing so still counts in its CPU per claim."""
+    deadline = time.monotonic() + cap
+    before = process_cpu_ns(pid)
+    while time.monotonic() < deadline:
+        await asyncio.sleep(window)
+        now = process_cpu_ns(pid)
+        if now - before < window * 1e9 * SETTLE_BUSY_SHARE:
+            return
+        before = now
 
 
 def compute_turns(counts: Sequence[int], *, chunk: int) -> list[tuple[int, int, int]]:
@@ -362,6 +394,8 @@ async def measure_subjects(
         for i, first, end in compute_turns([len(r.refs) for r in running], chunk=chunk):
             called = running[i]
             with others_stopped(drivers, called=called.driver, idle=idle):
+                if idle == "stopped":
+                    await settled(called.pid)
                 cp_before = sum(cpu_seconds(pid) for pid in cp_pids.values())
                 prep, unprep = await _latency(called.inst, called.refs[first:end])
                 called.control_plane_cpu_s += sum(cpu_seconds(pid) for pid in cp_pids.values()) - cp_before
@@ -389,6 +423,8 @@ async def measure_subjects(
                 for c in concurrency:
                     say(f"{r.subject.title}: throughput with {c} calls in flight")
                     with others_stopped(drivers, called=r.driver, idle=idle):
+                        if idle == "stopped":
+                            await settled(r.pid)
                         result.prepare_per_s[c], result.unprepare_per_s[c] = await _throughput(
                             r.inst, r.refs, concurrency=c
                         )
