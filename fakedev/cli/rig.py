@@ -127,7 +127,7 @@ class NodeHardware:
     def replug_all(self) -> None:
         """Back after a power cycle: NICs that were inside pods went with their sandboxes; the fabric kept the rest."""
         if self.nics is not None:
-            nic_hardware.install(self.nics.hardware, self.nics.ports)
+            nic_hardware.reinstall(self.nics.hardware, self.nics.ports)
 
     def remove(self) -> None:
         """Unplug every NIC (the node's namespace goes); the fabric stays for other nodes (:func:`remove_fabric`)."""

@@ -65,6 +65,25 @@ def install(hw: NicHardware, ports: Sequence[NicPort]) -> None:
         plug(hw, port)
 
 
+def reinstall(hw: NicHardware, ports: Sequence[NicPort]) -> None:
+    """The NICs again after a power cycle. One that was inside a pod went with the pod's namespace, but the kernel
+    tears a namespace down asynchronously: its fabric port may still be there for a moment, holding the name the new
+    pair's port needs (moving it there failed with EEXIST). A port whose NIC is not in the node's namespace is stale
+    after a power cycle, so it is deleted first."""
+    ensure_fabric(hw)
+    for port in ports:
+        with netlink(hw.node_netns) as node:
+            present = bool(node.link_lookup(ifname=port.ifname))
+        if not present:
+            try:
+                unplug(hw, port)
+            except Exception:  # pyroute2's NetlinkError; gone meanwhile (the teardown finished first) is no error
+                with netlink(hw.fabric_netns) as fab:
+                    if fab.link_lookup(ifname=port.port):
+                        raise
+        plug(hw, port)
+
+
 def unplug(hw: NicHardware, port: NicPort) -> bool:
     """Pull the NIC: delete its fabric port (the veth pair dies with it). False when it was not plugged."""
     with netlink(hw.fabric_netns) as fab:
