@@ -71,10 +71,10 @@ def reinstall(hw: NicHardware, ports: Sequence[NicPort]) -> None:
     pair's port needs (moving it there failed with EEXIST). A port whose NIC is not in the node's namespace is stale
     after a power cycle, so it is deleted first."""
     ensure_fabric(hw)
+    with netlink(hw.node_netns) as node:
+        absent = {p.ifname for p in ports if not node.link_lookup(ifname=p.ifname)}
     for port in ports:
-        with netlink(hw.node_netns) as node:
-            present = bool(node.link_lookup(ifname=port.ifname))
-        if not present:
+        if port.ifname in absent:
             try:
                 unplug(hw, port)
             except Exception:  # pyroute2's NetlinkError; gone meanwhile (the teardown finished first) is no error

@@ -389,8 +389,8 @@ async def measure_subjects(
         cpu_before = {r.subject.key: cpu_seconds(r.pid) for r in running}
         spies = []
         for r in running if profile_dir else []:
-            assert r.driver.process is not None and profile_dir is not None
-            spies.append(start_profiler(r.driver.process.pid, out=profile_dir / f"profile-{r.subject.key}.txt"))
+            assert profile_dir is not None
+            spies.append(start_profiler(r.pid, out=profile_dir / f"profile-{r.subject.key}.txt"))
         for i, first, end in compute_turns([len(r.refs) for r in running], chunk=chunk):
             called = running[i]
             with others_stopped(drivers, called=called.driver, idle=idle):
@@ -428,7 +428,6 @@ async def measure_subjects(
                         result.prepare_per_s[c], result.unprepare_per_s[c] = await _throughput(
                             r.inst, r.refs, concurrency=c
                         )
-            assert r.driver.process is not None
-            result.rss_mb = round(memory_mib(r.driver.process.pid)["VmRSS"], 1)
+            result.rss_mb = round(memory_mib(r.pid)["VmRSS"], 1)
             results[r.subject.key] = result
         return results
