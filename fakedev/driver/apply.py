@@ -17,6 +17,7 @@ import contextlib
 import os
 import shutil
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
@@ -46,9 +47,16 @@ def ensure_fake_node(path: Path) -> None:
 
 
 def apply_prepare_plan(
-    plan: PreparePlan, *, nic_netns: str | None, sysfs_root: Path | None, crash: CrashSwitch = UNARMED
+    plan: PreparePlan,
+    *,
+    nic_netns: str | None,
+    sysfs_root: Path | None,
+    crash: CrashSwitch = UNARMED,
+    reuse_dir: Callable[[Path], bool] | None = None,
 ) -> None:
-    """``nic_netns``: the node namespace holding the NICs (None: ours); ``sysfs_root``: None, no mdevs to create."""
+    """``nic_netns``: the node namespace holding the NICs (None: ours); ``sysfs_root``: None, no mdevs to create;
+    ``reuse_dir``: puts an emptied claim directory in place as a request directory (:meth:`Trash.reuse`), True
+    when it did (None: directories are always made)."""
     for nic in plan.nics:
         nic_host.configure(nic_netns, nic.assignment)
     crash.reached(CrashPoint.PREPARE_AFTER_NICS)
@@ -72,9 +80,12 @@ def apply_prepare_plan(
             before_rename=crash.before_rename(CrashPoint.PREPARE_CLAIM_SPEC_TEMP),
         )
     crash.reached(CrashPoint.PREPARE_AFTER_CLAIM_SPEC)
-    for f in plan.metadata_files:
-        # <metadata root>/<claim>/<request>/: new for a claim prepared the first time, made before the file is tried.
-        make_new_dirs(f.path.parent, below=f.path.parent.parent.parent, mode=DIR_MODE)
+    for index, f in enumerate(plan.metadata_files):
+        # <metadata root>/<claim>/<request>/: new for a claim prepared the first time, made before the file is tried
+        # (the first request's from a spare when there is one).
+        request_dir = f.path.parent
+        if index or reuse_dir is None or not reuse_dir(request_dir):
+            make_new_dirs(request_dir, below=request_dir.parent.parent, mode=DIR_MODE)
         atomic_write(
             f.path,
             f.data,

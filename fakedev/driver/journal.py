@@ -27,6 +27,13 @@ driver's start-up redoes what was lost (:meth:`fakedev.driver.state.ClaimState.l
 record it was queued against: if another instance has recorded that claim anew meanwhile, the entry is dropped, not
 written over the newer word.
 
+Some need no sync of their own: :meth:`ClaimJournal.commit_written` returns once its entries are written — in the
+page cache, which a killed process leaves behind — and leaves their ``fdatasync`` to the next batch that syncs, or
+to the flusher after ``FLUSH_AFTER_SECONDS``. Only a power cut can lose them, and only for what a power cut makes
+worthless anyway: the record of a claim whose files were written unsynced in this boot (the files' own rule,
+:attr:`~fakedev.driver.plan.PrepareDirs.synced`). That sync was a quarter of a millisecond of each such prepare's
+answer, waited for after its files were written.
+
 Appends grow the file: writing ahead free space to overwrite in place would save the size commit of each
 ``fdatasync`` (197 → 135 µs here), but a power cut may then keep a batch's later page and lose an earlier one —
 good lines after a hole, which reads as corruption — where a growing file on ext4 only ever loses its tail.
@@ -38,6 +45,7 @@ import contextlib
 import errno
 import fcntl
 import logging
+import math
 import os
 import threading
 import time
@@ -81,6 +89,9 @@ class _Queued:
     """Queued by ``commit_later``: no caller waits for it."""
     replaces: ClaimRecord | None = None
     """A later entry's condition: the record of its claim it was queued against (None: no record)."""
+    synced: bool = True
+    """False: nobody waits for its sync — written by ``commit_written`` (which waits for the write only) or queued by
+    ``commit_later``; a batch of such entries alone is not synced."""
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -149,6 +160,8 @@ class ClaimJournal:
     _closing: bool = False
     _compact_wanted: bool = False
     """A batch made the journal due for compaction; the flusher thread does it."""
+    _unsynced: bool = False
+    """Lines written by ``commit_written`` are not synced yet (a later batch's sync, or the flusher's, does it)."""
 
     @property
     def claims(self) -> Mapping[str, ClaimRecord]:
@@ -209,6 +222,10 @@ class ClaimJournal:
                     self._cond.wait()
                 else:
                     self._lead()  # entries queued by commit_later; a failure is logged, not raised, by their nature
+            if self._unsynced and self._fd >= 0:
+                with contextlib.suppress(OSError):  # a stop loses nothing by it: the lines are written
+                    os.fdatasync(self._fd)
+                self._unsynced = False
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
@@ -226,22 +243,34 @@ class ClaimJournal:
         with self._cond:
             self._pending.extend(_Queued(entry=e) for e in entries)
             self._queued += 1
-            mine = self._queued
-            while self._settled < mine:
-                if self._writing:
-                    self._cond.wait()
-                else:
-                    self._lead()
-            for first, last, error in self._failures:
-                if first <= mine <= last:
-                    raise error
+            self._settle(self._queued)
+
+    def _settle(self, mine: int) -> None:
+        """With ``_cond`` held: lead or wait for batches until commit ``mine`` is settled; raise its failure."""
+        while self._settled < mine:
+            if self._writing:
+                self._cond.wait()
+            else:
+                self._lead()
+        for first, last, error in self._failures:
+            if first <= mine <= last:
+                raise error
+
+    def commit_written(self, entries: Sequence[JournalEntry]) -> None:
+        """Like :meth:`commit`, but return once ``entries`` are written, not synced: they outlive this process (a
+        kill), not a power cut — only for records that a power cut makes worthless anyway (see the module's
+        notes). The next batch's ``fdatasync`` covers them, or the flusher's after ``flush_after`` seconds."""
+        with self._cond:
+            self._pending.extend(_Queued(entry=e, synced=False) for e in entries)
+            self._queued += 1
+            self._settle(self._queued)
 
     def commit_later(self, entry: PutEntry | DelEntry, *, replaces: ClaimRecord | None) -> None:
         """Record ``entry`` in ``claims`` at once and queue it for the next batch, without waiting for it: for what a
         crash may lose because start-up redoes it, never for what an answer depends on. ``replaces`` is the
         record of its claim it was decided on; :meth:`close` writes what is still queued."""
         with self._cond:
-            self._pending.append(_Queued(entry=entry, later=True, replaces=replaces))
+            self._pending.append(_Queued(entry=entry, later=True, replaces=replaces, synced=False))
             self._claims = self._lay_queued()
             if self._later_since is None and not self._closing:
                 self._later_since = time.monotonic()
@@ -252,6 +281,8 @@ class ClaimJournal:
         once it has waited ``flush_after`` seconds for a caller's batch to take it along (while calls keep coming,
         one always does: no write of its own)."""
         with self._cond:
+            if self._unsynced:
+                self._sync_as_writer()
             if self._compact_wanted:
                 self._compact_as_writer()
             since = self._later_since
@@ -292,6 +323,8 @@ class ClaimJournal:
         if failure is None and not self._closing and self._compaction_due():
             self._compact_wanted = True
             _FLUSHER.schedule(self, due=time.monotonic())
+        if self._unsynced and not self._closing:
+            _FLUSHER.schedule(self, due=time.monotonic() + self.flush_after)
         if failure is not None:
             self._failures.append((first, last, failure))
             if any(q.later for q in queued):  # no caller waits for these: nobody to tell but the log
@@ -316,11 +349,13 @@ class ClaimJournal:
                 return state
             batch = b"".join(render_entry(e) for e in entries)
             size = opened.st_size
+            sync = any(q.synced for q in queued)
             try:
                 _write_all(self._fd, batch)
                 if self.before_sync is not None:
                     self.before_sync()
-                os.fdatasync(self._fd)
+                if sync:
+                    os.fdatasync(self._fd)  # every line before this batch's too
             except OSError:
                 # A short write (a full disk) must not leave half a line for good lines to follow.
                 with contextlib.suppress(OSError):
@@ -328,7 +363,29 @@ class ClaimJournal:
                 raise
             self._lines += len(entries)
             self._size = size + len(batch)
+            self._unsynced = not sync
             return state
+
+    def _sync_as_writer(self) -> None:
+        """With ``_cond`` held: sync what ``commit_written`` left unsynced, as the writer (batches wait meanwhile)."""
+        while self._writing:
+            self._cond.wait()
+        if not self._unsynced or self._fd < 0:
+            return
+        self._writing = True
+        self._cond.release()
+        try:
+            os.fdatasync(self._fd)
+            synced = True
+        except OSError as exc:  # the next batch syncs again, and fails its callers if the disk is gone
+            log.warning("journal sync failed", extra={"fields": {"path": str(self.path), "error": str(exc)}})
+            synced = False
+        finally:
+            self._cond.acquire()
+            self._writing = False
+            self._cond.notify_all()
+        if synced:
+            self._unsynced = False
 
     # -- compaction ----------------------------------------------------------------------------------------------
 
@@ -378,6 +435,7 @@ class ClaimJournal:
             before_rename=self.before_compact_rename,
         )
         self._reopen(lines=len(state.claims) + len(state.owed))
+        self._unsynced = False  # the new file holds every line, synced
 
 
 @dataclass(kw_only=True, eq=False)
@@ -388,6 +446,9 @@ class _Flusher:
     _cond: threading.Condition = field(default_factory=threading.Condition)
     _due: dict[int, tuple[float, ClaimJournal]] = field(default_factory=dict)
     _thread: threading.Thread | None = None
+    _wakes_at: float = math.inf
+    """When the thread, should it be waiting, wakes by itself: a call due no sooner needs no wake-up (each cost a
+    prepare a futex wake and a thread switch; a prepare-then-unprepare loop scheduled one per claim)."""
 
     def schedule(self, journal: ClaimJournal, *, due: float) -> None:
         """Call ``journal.flush_due`` at ``due``, or sooner if it is already due sooner (it reschedules itself when
@@ -399,7 +460,8 @@ class _Flusher:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="journal-flush", daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            if due < self._wakes_at:  # a thread not waiting looks at ``_due`` again before it waits
+                self._cond.notify()
 
     def cancel(self, journal: ClaimJournal) -> None:
         with self._cond:
@@ -409,10 +471,12 @@ class _Flusher:
         while True:
             with self._cond:
                 while not self._due:
+                    self._wakes_at = math.inf
                     self._cond.wait()
                 key, (due, journal) = min(self._due.items(), key=lambda item: item[1][0])
                 wait = due - time.monotonic()
                 if wait > 0:
+                    self._wakes_at = due
                     self._cond.wait(wait)
                     continue
                 del self._due[key]

@@ -327,17 +327,22 @@ class ClaimState:
         self, ref: ClaimRef, *, early: PreparePlan, cached: ClaimPlan, pending: PendingClaim
     ) -> tuple[PreparedDevice, ...]:
         """A claim not held yet, whose cached plan (``early``) only writes files, for a driver that writes no claim
-        status: its files and its record (marked unconfirmed) are written while the API server answers the GET, so
-        the record's fdatasync is off the answer's path too. The answer decides: the same plan is confirmed (queued
-        for the next journal batch; a restart before it only costs a read); another one (reallocated since the watch
-        saw it) replaces the early files and record; an error undoes both and is raised. A crash before the answer
-        leaves an unconfirmed record, which no prepare answers from without reading the claim again."""
+        status: its files and its record (marked unconfirmed) are written while the API server answers the GET, the
+        record synced only if the files are. The answer decides: the same plan is confirmed (queued for the next
+        journal batch; a restart before it only costs a read); another one (reallocated since the watch saw it)
+        replaces the early files and record; an error undoes both and is raised. A crash before the answer leaves an
+        unconfirmed record, which no prepare answers from without reading the claim again."""
         unconfirmed = early.record.copy()
         unconfirmed["unconfirmed"] = True
         try:
             self._apply(early)
             self.crash.reached(CrashPoint.PREPARE_BEFORE_CHECKPOINT)
-            self.journal.commit([put_entry(unconfirmed)])
+            if early.durable:
+                self.journal.commit([put_entry(unconfirmed)])
+            else:
+                # Files written unsynced are worthless after a power cut (the boot ID tells), and so is their record:
+                # it must outlive this process — a kill — not the power. Written, it does; synced with a later batch.
+                self.journal.commit_written([put_entry(unconfirmed)])
         except BaseException:
             pending.abandon()
             raise
@@ -430,7 +435,13 @@ class ClaimState:
         )
 
     def _apply(self, plan: PreparePlan) -> None:
-        apply_prepare_plan(plan, nic_netns=self.nic_netns, sysfs_root=self.paths.sysfs_root, crash=self.crash)
+        apply_prepare_plan(
+            plan,
+            nic_netns=self.nic_netns,
+            sysfs_root=self.paths.sysfs_root,
+            crash=self.crash,
+            reuse_dir=self.trash.reuse,
+        )
 
     def _undo(self, plan: PreparePlan) -> None:
         """Remove the files an early plan wrote (it moved no NIC and made no mdev)."""

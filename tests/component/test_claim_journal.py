@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -309,6 +310,55 @@ def test_the_flusher_writes_a_queued_entry_no_commit_takes_along(path: Path) -> 
     assert _reloaded(path).claims == {} == dict(journal.claims)
     journal.close()
     assert len(syncs) == 2 and _reloaded(path).claims == {}
+
+
+def test_a_written_commit_is_in_the_file_at_once_and_synced_by_the_next_batch_or_the_flusher(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``commit_written`` waits for the write (a killed process leaves it in the file), not the sync: the next
+    ``commit``'s sync covers it, and without one the flusher syncs it after ``flush_after`` — or a stop does."""
+    journal = ClaimJournal(path=path, flush_after=3600)
+    journal.open()
+    synced: list[int] = []
+    real_fdatasync = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        synced.append(fd)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    journal.commit_written([put_entry(_record("a"))])
+    journal.commit_written([put_entry(_record("b"))])
+    assert set(_reloaded(path).claims) == {"a", "b"} and synced == []
+    journal.commit([put_entry(_record("c"))])
+    assert len(synced) == 1  # one sync for all three lines
+    journal.flush_after = 0.01
+    journal.commit_written([del_entry("a")])
+    wait_for(lambda: len(synced) == 2, timeout=10, what="the flusher's sync", interval=0.01)
+    journal.flush_after = 3600
+    journal.commit_written([del_entry("b")])
+    journal.close()
+    assert len(synced) == 3 and set(_reloaded(path).claims) == {"c"}
+
+
+def test_the_flusher_waiting_for_a_late_journal_is_woken_for_one_due_sooner_and_serves_both(tmp_path: Path) -> None:
+    """One flusher thread serves every journal of the process (a fleet's); it sleeps until the soonest due time
+    and is woken only for a sooner one — which must then be written on time, and the later one not before its time
+    (a stop writes it)."""
+    late = ClaimJournal(path=tmp_path / "late.json", flush_after=5)
+    soon = ClaimJournal(path=tmp_path / "soon.json", flush_after=0.01)
+    for journal in (late, soon):
+        journal.open()
+        journal.commit([put_entry(_record("a"))])
+    started = time.monotonic()
+    late.commit_later(del_entry("a"), replaces=late.claims["a"])  # the flusher now sleeps until about +5 s
+    soon.commit_later(del_entry("a"), replaces=soon.claims["a"])
+    wait_for(lambda: not _reloaded(tmp_path / "soon.json").claims, timeout=10, what="the soon entry", interval=0.01)
+    assert time.monotonic() - started < 2.5  # woken for it, not written when the late one was due
+    assert set(_reloaded(tmp_path / "late.json").claims) == {"a"}  # not due yet
+    for journal in (late, soon):
+        journal.close()
+    assert not _reloaded(tmp_path / "late.json").claims
 
 
 def test_a_queued_deletion_never_undoes_what_another_instance_recorded_since(path: Path) -> None:

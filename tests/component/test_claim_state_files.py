@@ -15,18 +15,20 @@ import pytest
 from fakedev.cli.torture.invariants import CheckScope, compute_violations
 from fakedev.cli.torture.ledger import Belief, ClaimBelief
 from fakedev.cli.torture.observe import NodeFiles, read_snapshot
-from fakedev.driver.apply import apply_prepare_plan
+from fakedev.driver.apply import apply_prepare_plan, apply_unprepare_plan
 from fakedev.driver.cdi_layout import cdi_layout_for
 from fakedev.driver.checkpoint import Checkpoint, ClaimRecord
 from fakedev.driver.claims import compute_claim_plan
 from fakedev.driver.core import ConcurrentDriver
 from fakedev.driver.crash import CrashPoint, CrashSwitch
-from fakedev.driver.plan import PreparePlan, compute_device_configs, compute_prepare_plan
+from fakedev.driver.plan import PreparePlan, compute_device_configs, compute_prepare_plan, compute_unprepare_plan
 from fakedev.driver.state import ClaimState, StatePaths
+from fakedev.driver.trash import BATCH, TRASH_DIR_NAME, Trash
 from fakedev.model.inventory import resolve_inventory
 from fakedev.model.releases import NVIDIA_DEFAULT
 from fakedev.profiles import load_profile
 from fakedev.render import RenderedNode, Schema, render_node
+from harness.procs import wait_for
 from kubeletapi.types import ClaimRef
 from tests.helpers import ReadLater
 
@@ -246,6 +248,56 @@ def test_the_torture_checker_reads_a_real_node_and_catches_a_missing_metadata_fi
         f"files: ns/c ({OLD.uid}) is held but {DRIVER}_metadata_{OLD.uid}_gpu.json mounts {metadata_file}, "
         "which is missing",
     ]
+
+
+def test_a_claim_prepared_after_unprepares_gets_an_emptied_directory_and_the_node_stays_as_the_checker_wants(
+    rendered: RenderedNode, paths: StatePaths
+) -> None:
+    trash = Trash(root=paths.plugin_data_dir / TRASH_DIR_NAME)
+    refs = [ClaimRef(uid=f"33333333-0000-0000-0000-{i:012d}", namespace="ns", name=f"c{i}") for i in range(BATCH)]
+    inodes = set()
+    for ref in refs:
+        plan = _plan(rendered, paths, ref, device="gpu-0")
+        apply_prepare_plan(plan, nic_netns=None, sysfs_root=None, reuse_dir=trash.reuse)
+        inodes.add((paths.metadata_root / plan.record["metadataDir"]).stat().st_ino)
+        undo = compute_unprepare_plan(
+            driver=DRIVER,
+            node_name=NODE,
+            uid=ref.uid,
+            namespace=ref.namespace,
+            name=ref.name,
+            record=plan.record,
+            dirs=paths.dirs,
+            node_nics={},
+        )
+        apply_unprepare_plan(undo, nic_netns=None, sysfs_root=None, trash=trash)
+    wait_for(lambda: trash.spares() == BATCH, timeout=10, what="the unprepared claims' directories as spares")
+
+    plan = _plan(rendered, paths, NEW, device="gpu-1")
+    apply_prepare_plan(plan, nic_netns=None, sysfs_root=None, reuse_dir=trash.reuse)
+    assert trash.spares() == BATCH - 1
+    claim_dir = paths.metadata_root / plan.record["metadataDir"]
+    assert claim_dir.stat().st_ino in inodes  # renamed into place, not made
+    (metadata_file,) = (f.path for f in plan.metadata_files)
+    assert _files(paths.metadata_root) == [str(metadata_file.relative_to(paths.metadata_root))]
+    assert metadata_file.read_bytes() == plan.metadata_files[0].data
+    files = NodeFiles(
+        driver=DRIVER, cdi_dir=paths.cdi_dir, metadata_root=paths.metadata_root, checkpoint=paths.checkpoint
+    )
+    Checkpoint(path=paths.checkpoint).save({NEW.uid: plan.record})
+    beliefs = [
+        ClaimBelief(
+            uid=NEW.uid, namespace="ns", name="c", devices=("gpu-1",), belief=Belief.HELD, answer=plan.prepared
+        ),
+        *(
+            ClaimBelief(uid=r.uid, namespace="ns", name=r.name, devices=(), belief=Belief.RELEASED, answer=())
+            for r in refs
+        ),
+    ]
+    snapshot = read_snapshot(files, kube=None, namespace="ns", nic_netns=None)
+    assert [v.render() for v in compute_violations(snapshot, beliefs, scope=CheckScope(driver=DRIVER))] == []
+    trash.close()
+    assert list((paths.plugin_data_dir / TRASH_DIR_NAME).iterdir()) == []
 
 
 class _OneClaimApi:

@@ -96,6 +96,36 @@ def test_bodies_by_length_by_chunks_and_none_on_one_kept_alive_connection(script
     assert len(scripted[0].requests) == 4  # all on one connection
 
 
+def test_heads_with_bare_line_feeds_or_in_pieces_read_as_whole_crlf_ones(scripted: list[_Scripted]) -> None:
+    """API servers end head lines with CRLF and send a head whole, which is parsed in one go; a bare LF (which
+    RFC 9112 lets a reader accept) or a head that comes in pieces takes the line-by-line path, to the same result."""
+    replies = _exchange(
+        scripted,
+        [
+            b"HTTP/1.1 200 OK\nContent-Length: 2\n\n{}",
+            OK_HEAD + b"Content-Length: 3\n\r\n[1]",
+            OK_HEAD + b"Connection: keep-alive\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}",
+        ],
+        count=3,
+    )
+    assert [(r.status, r.body, r.will_close) for r in replies] == [  # type: ignore[attr-defined]
+        (200, b"{}", False),
+        (200, b"[1]", False),
+        (200, b"{}", True),
+    ]
+    left, right = socket.socketpair()
+    with left, right:
+        connection = Connection(host="h", port=80, tls=None, timeout=5)
+        connection.sock = left
+        answer = OK_HEAD + b"Content-Length: 2\r\n\r\n{}"
+        right.sendall(answer[:20])
+        sender = threading.Thread(target=right.sendall, args=(answer[20:],))
+        sender.start()
+        reply = connection.read_reply(method="GET")
+        sender.join()
+        assert (reply.status, reply.body) == (200, b"{}")
+
+
 def test_the_server_closing_ends_the_body_and_the_connection(scripted: list[_Scripted]) -> None:
     (reply,) = _exchange(scripted, [b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nall of it"])
     assert (reply.status, reply.body, reply.will_close) == (200, b"all of it", True)  # type: ignore[attr-defined]

@@ -5,6 +5,7 @@ cached plan, unconfirmed, while its GET is answered: a crash in between must lea
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,12 @@ class _RaisingSwitch(CrashSwitch):
 
 
 def _claim_state(
-    tmp_path: Path, kube: KubeClient, rendered: RenderedNode, *, crash: CrashSwitch | None = None
+    tmp_path: Path,
+    kube: KubeClient,
+    rendered: RenderedNode,
+    *,
+    crash: CrashSwitch | None = None,
+    boot_id: str = "",
 ) -> tuple[ClaimState, ClaimCache, _Reads]:
     cache = ClaimCache(driver=DRIVER, node_name=NODE)
     reads = _Reads(DriverApi(client=kube, driver=DRIVER, node_name=NODE))
@@ -105,6 +111,7 @@ def _claim_state(
             plugin_data_dir=tmp_path / "plugin",
             dev_root=tmp_path / "plugin" / "dev",
             checkpoint=tmp_path / "plugin" / "checkpoint.json",
+            boot_id=boot_id,
         ),
         layout=LAYOUT,
         base_spec=None,
@@ -181,6 +188,36 @@ def test_a_cached_copy_the_api_confirms_is_prepared_with_one_get(
     assert claim_state.prepare(_ref(claim)) == result and reads.gets == 1
     claim_state.close()  # writes the queued confirmation
     assert "unconfirmed" not in journal.read().claims[claim["metadata"]["uid"]]
+
+
+def test_a_claim_whose_files_are_written_unsynced_gets_its_record_written_before_the_answer_and_synced_after(
+    tmp_path: Path, kube: KubeClient, test_namespace: str, rendered: RenderedNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the node's boot ID known, a prepare writes the claim's files unsynced (a power cut makes them untrusted),
+    and its unconfirmed record too: in the journal file once the answer is given — which a kill leaves behind — with
+    no sync of its own."""
+    claim_state, cache, _reads = _claim_state(tmp_path, kube, rendered, boot_id="0b1d2f3e-boot")
+    synced: list[int] = []
+    real_fdatasync = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        synced.append(fd)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    try:
+        claim = _claim(kube, namespace=test_namespace, name="unsynced", device="gpu-0")
+        cache.replace([claim])
+        claim_state.journal.flush_after = 3600  # nothing but the test's own call syncs now
+        result = claim_state.prepare(_ref(claim))
+        assert not result.error and [d.device for d in result.devices] == ["gpu-0"]
+        record = Checkpoint(path=claim_state.paths.checkpoint).read().claims[claim["metadata"]["uid"]]
+        assert record.get("unconfirmed") is True and record.get("bootId") == "0b1d2f3e-boot"
+        assert synced == []
+    finally:
+        claim_state.close()
+    assert len(synced) == 1  # a stop syncs what no batch did (the flusher would have, after flush_after)
+    assert "unconfirmed" not in Checkpoint(path=claim_state.paths.checkpoint).read().claims[claim["metadata"]["uid"]]
 
 
 def test_a_crash_before_the_answer_leaves_a_record_no_prepare_answers_from_unread(
