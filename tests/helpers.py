@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -454,3 +455,16 @@ def empty_record(uid: str, *, name: str = "c") -> ClaimRecord:
         "nics": [],
         "mdevs": [],
     }
+
+
+def count_fdatasyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every ``os.fdatasync`` the process makes from now on (still done), by descriptor, for the test's duration."""
+    synced: list[int] = []
+    real_fdatasync = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        synced.append(fd)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    return synced

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -23,7 +22,7 @@ from fakedev.driver.checkpoint import (
 from fakedev.driver.journal import ClaimJournal
 from fakedev.errors import CheckpointError
 from harness.procs import wait_for
-from tests.helpers import empty_record
+from tests.helpers import count_fdatasyncs, empty_record
 
 
 def _record(uid: str) -> ClaimRecord:
@@ -319,14 +318,7 @@ def test_a_written_commit_is_in_the_file_at_once_and_synced_by_the_next_batch_or
     ``commit``'s sync covers it, and without one the flusher syncs it after ``flush_after`` — or a stop does."""
     journal = ClaimJournal(path=path, flush_after=3600)
     journal.open()
-    synced: list[int] = []
-    real_fdatasync = os.fdatasync
-
-    def fdatasync(fd: int) -> None:
-        synced.append(fd)
-        real_fdatasync(fd)
-
-    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    synced = count_fdatasyncs(monkeypatch)
     journal.commit_written([put_entry(_record("a"))])
     journal.commit_written([put_entry(_record("b"))])
     assert set(_reloaded(path).claims) == {"a", "b"} and synced == []

@@ -5,7 +5,6 @@ cached plan, unconfirmed, while its GET is answered: a crash in between must lea
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from harness.procs import wait_for
 from kubeclient import JsonObj, KubeClient
 from kubeclient.resources import RESOURCE_CLAIMS
 from kubeletapi.types import ClaimRef
-from tests.helpers import claim_body
+from tests.helpers import claim_body, count_fdatasyncs
 
 DRIVER = "gpu.example.com"
 NODE = "cache-node"
@@ -197,14 +196,7 @@ def test_a_claim_whose_files_are_written_unsynced_gets_its_record_written_before
     and its unconfirmed record too: in the journal file once the answer is given — which a kill leaves behind — with
     no sync of its own."""
     claim_state, cache, _reads = _claim_state(tmp_path, kube, rendered, boot_id="0b1d2f3e-boot")
-    synced: list[int] = []
-    real_fdatasync = os.fdatasync
-
-    def fdatasync(fd: int) -> None:
-        synced.append(fd)
-        real_fdatasync(fd)
-
-    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    synced = count_fdatasyncs(monkeypatch)
     try:
         claim = _claim(kube, namespace=test_namespace, name="unsynced", device="gpu-0")
         cache.replace([claim])
