@@ -240,8 +240,11 @@ class ClaimJournal:
         (then none of them counts: the caller answers with an error, the kubelet retries).
 
         Entries of concurrent callers go into one ``write`` and one ``fdatasync`` (group commit)."""
+        self._commit(entries, synced=True)
+
+    def _commit(self, entries: Sequence[JournalEntry], *, synced: bool) -> None:
         with self._cond:
-            self._pending.extend(_Queued(entry=e) for e in entries)
+            self._pending.extend(_Queued(entry=e, synced=synced) for e in entries)
             self._queued += 1
             self._settle(self._queued)
 
@@ -260,10 +263,7 @@ class ClaimJournal:
         """Like :meth:`commit`, but return once ``entries`` are written, not synced: they outlive this process (a
         kill), not a power cut — only for records that a power cut makes worthless anyway (see the module's
         notes). The next batch's ``fdatasync`` covers them, or the flusher's after ``flush_after`` seconds."""
-        with self._cond:
-            self._pending.extend(_Queued(entry=e, synced=False) for e in entries)
-            self._queued += 1
-            self._settle(self._queued)
+        self._commit(entries, synced=False)
 
     def commit_later(self, entry: PutEntry | DelEntry, *, replaces: ClaimRecord | None) -> None:
         """Record ``entry`` in ``claims`` at once and queue it for the next batch, without waiting for it: for what a
